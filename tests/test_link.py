@@ -1,0 +1,128 @@
+"""The link state machine, driven with explicit times: no sleeps, no I/O."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from verld.link import Link, LinkState
+
+
+def make(**kw: float) -> Link:
+    args = {"initial": 0.1, "maximum": 5.0, "misses": 3, "interval": 2.0}
+    args.update(kw)
+    return Link(
+        initial=args["initial"],
+        maximum=args["maximum"],
+        misses=int(args["misses"]),
+        interval=args["interval"],
+        rng=random.Random(1),
+    )
+
+
+class TestTransitions:
+    def test_starts_down_with_generation_zero(self) -> None:
+        """A new link is down, generation 0, due for an attempt at once."""
+        link = make()
+        assert link.state is LinkState.DOWN
+        assert link.generation == 0
+        assert link.retry_in(0.0) == 0.0
+
+    def test_open_brings_it_up_with_the_next_generation(self) -> None:
+        """attempt → opened is connecting → up, and each session adds one generation."""
+        link = make()
+        assert link.attempt(1.0).state is LinkState.CONNECTING
+        t = link.opened(1.1)
+        assert (t.state, t.generation) == (LinkState.UP, 1)
+        link.lost(2.0, "hangup")
+        link.attempt(3.0)
+        assert link.opened(3.1).generation == 2
+
+    def test_down_event_carries_the_generation_that_went_down(self) -> None:
+        """The `down` transition reports the generation that was lost, with its reason."""
+        link = make()
+        link.attempt(0.0)
+        link.opened(0.0)
+        t = link.lost(1.0, "EIO")
+        assert (t.state, t.reason, t.generation) == (LinkState.DOWN, "EIO", 1)
+
+    def test_invalid_event_raises(self) -> None:
+        """Opening a link that is not connecting is a programming error."""
+        with pytest.raises(RuntimeError):
+            make().opened(0.0)
+
+    def test_reconnects_counted_after_the_first_session(self) -> None:
+        """The first `up` is not a reconnect; every later one is."""
+        link = make()
+        for i in range(3):
+            link.attempt(float(i))
+            link.opened(float(i))
+            link.lost(float(i) + 0.5, "x")
+        assert link.reconnects == 2
+
+
+class TestBackoff:
+    def test_delay_doubles_to_the_cap_with_jitter(self) -> None:
+        """Consecutive failures wait about initial, 2x, 4x ... never above max."""
+        link = make(initial=0.1, maximum=1.0)
+        delays = []
+        now = 0.0
+        for _ in range(8):
+            link.attempt(now)
+            link.lost(now, "open failed")
+            delays.append(link.retry_in(now))
+            now += 10
+        assert 0.075 <= delays[0] <= 0.1
+        assert 0.15 <= delays[1] <= 0.2
+        assert all(d <= 1.0 for d in delays)
+        assert delays[-1] >= 0.75
+
+    def test_success_resets_the_delay(self) -> None:
+        """After a link session came up, the next loss waits the initial delay again."""
+        link = make(initial=0.1, maximum=5.0)
+        for i in range(5):
+            link.attempt(float(i))
+            link.lost(float(i), "x")
+        link.attempt(10.0)
+        link.opened(10.0)
+        link.lost(11.0, "hangup")
+        assert link.retry_in(11.0) <= 0.1
+
+
+class TestHeartbeat:
+    def test_ping_due_after_interval_of_silence(self) -> None:
+        """An idle up link is due for a ping `interval` after the last activity."""
+        link = make(interval=2.0)
+        link.attempt(0.0)
+        link.opened(0.0)
+        link.activity(5.0)
+        assert link.ping_due_at() == 7.0
+
+    def test_no_ping_when_interval_is_zero_or_down(self) -> None:
+        """interval 0 turns the ping off; a down link is never pinged."""
+        assert make(interval=0).ping_due_at() is None
+        link = make()
+        assert link.ping_due_at() is None
+
+    def test_failed_ping_makes_the_next_due_at_once(self) -> None:
+        """After a timeout the next ping follows immediately."""
+        link = make(interval=2.0)
+        link.attempt(0.0)
+        link.opened(0.0)
+        link.activity(3.0)
+        link.timeout()
+        due = link.ping_due_at()
+        assert due is not None and due <= 3.0
+
+    def test_misses_in_a_row_declare_the_link_dead(self) -> None:
+        """`misses` timeouts in a row (pings or calls) mean dead; a reply resets the count."""
+        link = make(misses=3)
+        link.attempt(0.0)
+        link.opened(0.0)
+        assert not link.timeout()
+        assert not link.timeout()
+        link.reply(1.0)
+        assert not link.timeout()
+        assert not link.timeout()
+        assert link.timeout()

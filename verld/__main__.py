@@ -1,0 +1,7 @@
+"""`python -m verld` runs the daemon."""
+
+from __future__ import annotations
+
+from verld.daemon import main
+
+raise SystemExit(main())

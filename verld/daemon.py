@@ -1,0 +1,280 @@
+"""verld, the daemon: wiring only.
+
+config → logging → (simulated device) → session → API server → signals/systemd.
+Exit codes: 0 clean stop, 1 cannot serve (socket in use, sim failed), 2 bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+import structlog
+
+from verld import __version__, logs, systemd
+from verld.config import Config, changed_keys, default_config, load_config
+from verld.errors import ConfigError
+from verld.link import Transition
+from verld.server import ApiServer, SocketInUse
+from verld.session import Session, make_codec
+
+log = structlog.get_logger("verld.daemon")
+
+_DEVICE_KEYS = (
+    "device.port",
+    "device.baudrate",
+    "device.bytesize",
+    "device.parity",
+    "device.stopbits",
+    "device.rtscts",
+    "device.codec",
+    "device.max_payload",
+    "device.line",
+)
+
+
+class SimError(Exception):
+    """The built-in simulated device did not start."""
+
+
+@dataclass
+class SimChild:
+    """verld-sim running as our child on a pty pair (`device.port: sim`)."""
+
+    proc: asyncio.subprocess.Process
+    link: str
+    tmpdir: str
+
+    @classmethod
+    async def start(cls, cfg: Config) -> SimChild:
+        tmpdir = tempfile.mkdtemp(prefix="verld-sim-")
+        link = os.path.join(tmpdir, "tty")
+        args = [
+            sys.executable,
+            "-m",
+            "verld.sim",
+            "--link",
+            link,
+            "--codec",
+            cfg.device.codec,
+            "--max-payload",
+            str(cfg.device.max_payload),
+        ]
+        proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE)
+        assert proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), 15)
+        except TimeoutError:
+            line = b""
+        if not line.startswith(b"READY"):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            raise SimError(f"verld-sim did not start (exit {proc.returncode})")
+        return cls(proc, link, tmpdir)
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 3)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+@dataclass
+class Daemon:
+    """The running daemon's parts, for reload and shutdown."""
+
+    cfg: Config
+    config_path: str | None
+    sim: SimChild | None = None
+    session: Session | None = None
+    server: ApiServer | None = None
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def port(self) -> str:
+        return self.sim.link if self.sim is not None else self.cfg.device.port
+
+    def status_line(self) -> None:
+        if self.session is None or self.server is None:
+            return
+        link = self.session.link
+        systemd.notify(
+            f"STATUS=link {link.state.value} ({link.reason}), gen {link.generation}, "
+            f"port {self.cfg.device.port}, {len(self.server.clients)} clients"
+        )
+
+    def on_link(self, t: Transition) -> None:
+        if self.server is not None:
+            self.server.link_event(t)
+        self.status_line()
+
+    def reload(self) -> list[str]:
+        """Re-read the config and apply it; raises ConfigError and keeps the old one."""
+        if self.config_path is None:
+            raise ConfigError("verld was started without --config: nothing to re-read")
+        new = load_config(self.config_path)
+        assert self.session is not None and self.server is not None
+        changed = changed_keys(self.cfg, new)
+        if any(k.startswith("api.socket") for k in changed):
+            log.warning("reload_socket_unchanged", reason="api.socket needs a restart")
+        old, self.cfg = self.cfg, new
+        logs.setup(new.log.level, new.log.format)
+        self.session.set_debug(logs.level_enabled(new.log.level))
+        self.session.cfg = self.server.cfg = new
+        link = self.session.link
+        link.interval, link.misses = new.heartbeat.interval, new.heartbeat.misses
+        link.initial, link.maximum = new.reconnect.initial, new.reconnect.max
+        if any(k.startswith(_DEVICE_KEYS) for k in changed):
+            if new.device.port != old.device.port and self.sim is None:
+                self.session.port = new.device.port
+            self.session.codec = make_codec(new)
+            self.session.window = new.device.window if self.session.codec.pipelined else 1
+            self.session.request_reconnect("device settings changed by reload")
+        log.info("reloaded", changed=",".join(changed) or "nothing")
+        return changed
+
+
+async def serve(cfg: Config, config_path: str | None) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit code."""
+    loop = asyncio.get_running_loop()
+    d = Daemon(cfg, config_path)
+    log.info("starting", version=__version__, port=cfg.device.port, codec=cfg.device.codec)
+    try:
+        listen = systemd.listen_socket()
+    except OSError as exc:
+        log.error("socket_activation_failed", error=str(exc))
+        return 1
+    if cfg.device.port == "sim":
+        try:
+            d.sim = await SimChild.start(cfg)
+        except (SimError, OSError) as exc:
+            log.error("sim_failed", error=str(exc))
+            return 1
+        log.info("sim_started", link=d.sim.link, pid=d.sim.proc.pid)
+    session = d.session = Session(
+        cfg, make_codec(cfg), d.port(), on_event=lambda *a: None, on_link=d.on_link
+    )
+    session.set_debug(logs.level_enabled(cfg.log.level))
+    server = d.server = ApiServer(cfg, session, on_reload=d.reload)
+    session._on_event = server.device_event
+    server.on_clients_changed = d.status_line
+    try:
+        await server.start(listen)
+    except (SocketInUse, OSError) as exc:
+        log.error("cannot_serve", socket=cfg.api.socket, error=str(exc))
+        if d.sim is not None:
+            await d.sim.stop()
+        return 1
+    where = "socket activation" if listen is not None else cfg.api.socket
+    log.info("ready", socket=where)
+    systemd.notify("READY=1")
+    d.status_line()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, d.stopping.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload_on_signal(d))
+    watchdog = _start_watchdog(loop)
+    runner = asyncio.create_task(session.run(), name="session")
+    stopper = asyncio.create_task(d.stopping.wait(), name="stop")
+    await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if runner.done() and runner.exception() is not None:
+        log.error("session_crashed", error=repr(runner.exception()))
+    log.info("stopping", drain=cfg.api.drain)
+    systemd.notify("STOPPING=1")
+    if watchdog is not None:
+        watchdog.cancel()
+    await server.stop_accepting()
+    await session.close(d.cfg.api.drain)
+    await server.close()
+    for task in (runner, stopper):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    if d.sim is not None:
+        await d.sim.stop()
+    log.info("stopped")
+    return 0
+
+
+def _reload_on_signal(d: Daemon) -> None:
+    try:
+        d.reload()
+    except ConfigError as exc:
+        log.error("reload_failed", error=str(exc), kept="running config")
+
+
+def _start_watchdog(loop: asyncio.AbstractEventLoop) -> asyncio.TimerHandle | None:
+    interval = systemd.watchdog_interval()
+    if interval is None:
+        return None
+    handle: asyncio.TimerHandle | None = None
+
+    def ping() -> None:
+        nonlocal handle
+        systemd.notify("WATCHDOG=1")
+        handle = loop.call_later(interval, ping)
+
+    ping()
+    return handle
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="verld",
+        description="Device bridge daemon: owns one serial/TCP link, serves local clients "
+        "on a Unix socket.",
+        epilog="examples:\n  verld --config /etc/verld/verld.yaml\n"
+        "  verld --check-config configs/verld.yaml\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--config", "-c", metavar="FILE", help="YAML config (default: built-in defaults)"
+    )
+    p.add_argument("--check-config", metavar="FILE", help="validate FILE and exit 0 (ok) or 2")
+    p.add_argument("--version", action="version", version=f"verld {__version__}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.check_config:
+        try:
+            load_config(args.check_config)
+        except ConfigError as exc:
+            print(f"verld: invalid config:\n{exc}", file=sys.stderr)
+            return 2
+        print(f"{args.check_config}: ok")
+        return 0
+    try:
+        cfg = load_config(args.config) if args.config else default_config()
+    except ConfigError as exc:
+        print(f"verld: invalid config:\n{exc}", file=sys.stderr)
+        return 2
+    fmt = logs.setup(cfg.log.level, cfg.log.format)
+    if fmt == "console" and cfg.device.port == "sim" and not os.environ.get("LISTEN_FDS"):
+        print(
+            f"verld: demo on the simulated device; in another shell try:\n"
+            f"  tools/verlctl --socket {cfg.api.socket} status\n"
+            f"  tools/verlctl --socket {cfg.api.socket} call --hex 01aabb\n",
+            file=sys.stderr,
+        )
+    try:
+        return asyncio.run(serve(cfg, args.config))
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""The link state machine: everything that decides the link's state lives here.
+
+Strategy: the machine does no I/O and reads no clock. The session tells it what
+happened (`attempt`, `opened`, `lost`, `reply`, `timeout`, `activity`) together
+with the time `now`, and reads back what to do: the state, when to try opening
+again, whether a heartbeat ping is due. Every cause of loss (open failure, hang-up,
+EIO, write error, dead heartbeat, codec desync) goes through `lost`, so they all
+take the same path: the session fails outstanding calls, announces the new state,
+and waits `retry_in` before the next attempt. The delay doubles up to a cap, with
+jitter, and resets once a link session comes up.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass
+
+
+class LinkState(enum.Enum):
+    """Where the link is."""
+
+    DOWN = "down"  #: not open; waiting for the next attempt
+    CONNECTING = "connecting"  #: opening the port and doing the handshake ping
+    UP = "up"  #: open and answered the handshake: calls flow
+    CLOSED = "closed"  #: shut down for good (daemon stopping)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """What changed: the session announces it to `link` subscribers."""
+
+    state: LinkState
+    reason: str
+    generation: int
+
+
+# Which events each state accepts; anything else is a programming error.
+_ALLOWED: dict[str, frozenset[LinkState]] = {
+    "attempt": frozenset({LinkState.DOWN}),
+    "opened": frozenset({LinkState.CONNECTING}),
+    "lost": frozenset({LinkState.CONNECTING, LinkState.UP}),
+    "close": frozenset({LinkState.DOWN, LinkState.CONNECTING, LinkState.UP}),
+}
+
+
+class Link:
+    """State, generation, backoff and heartbeat bookkeeping for one link."""
+
+    def __init__(
+        self,
+        *,
+        initial: float,
+        maximum: float,
+        misses: int,
+        interval: float,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.misses = misses
+        self.interval = interval
+        self._rng = rng or random.Random()
+        self.state = LinkState.DOWN
+        self.reason = "starting"
+        self.generation = 0
+        self.since = 0.0
+        self._delay = initial
+        self.next_attempt = 0.0
+        self.consecutive_timeouts = 0
+        self.last_activity = 0.0
+        self.reconnects = 0
+
+    def _check(self, event: str) -> None:
+        if self.state not in _ALLOWED[event]:
+            raise RuntimeError(f"link: {event!r} is not valid in state {self.state.value}")
+
+    def _enter(self, state: LinkState, reason: str, now: float) -> Transition:
+        self.state = state
+        self.reason = reason
+        self.since = now
+        return Transition(state, reason, self.generation)
+
+    def attempt(self, now: float) -> Transition:
+        """An open attempt starts."""
+        self._check("attempt")
+        return self._enter(LinkState.CONNECTING, self.reason, now)
+
+    def opened(self, now: float) -> Transition:
+        """The port opened and the handshake succeeded: a new link session."""
+        self._check("opened")
+        self.generation += 1
+        self._delay = self.initial
+        self.consecutive_timeouts = 0
+        self.last_activity = now
+        if self.generation > 1:
+            self.reconnects += 1
+        return self._enter(LinkState.UP, "connected", now)
+
+    def lost(self, now: float, reason: str) -> Transition:
+        """Open failed, hang-up, I/O error, dead heartbeat or desync: one path for all."""
+        self._check("lost")
+        delay = min(self._delay, self.maximum)
+        # Jitter spreads reconnects of many daemons after a shared outage.
+        delay *= self._rng.uniform(0.75, 1.0)
+        self.next_attempt = now + max(delay, min(self.initial, self.maximum) * 0.5)
+        self._delay = min(self._delay * 2, self.maximum)
+        return self._enter(LinkState.DOWN, reason, now)
+
+    def close(self, now: float) -> Transition:
+        """Shut down for good."""
+        self._check("close")
+        return self._enter(LinkState.CLOSED, "shutting down", now)
+
+    def retry_in(self, now: float) -> float:
+        """Seconds until the next open attempt (0 when due)."""
+        return max(0.0, self.next_attempt - now)
+
+    # --- liveness -------------------------------------------------------------
+    def activity(self, now: float) -> None:
+        """Bytes went out or a frame came in: the heartbeat clock restarts."""
+        self.last_activity = now
+
+    def reply(self, now: float) -> None:
+        """The device answered something: the miss count resets."""
+        self.consecutive_timeouts = 0
+        self.last_activity = now
+
+    def timeout(self) -> bool:
+        """A ping or a call try timed out; True when that makes the link dead."""
+        self.consecutive_timeouts += 1
+        return self.consecutive_timeouts >= self.misses
+
+    def ping_due_at(self) -> float | None:
+        """When an idle link should be pinged next (None: heartbeat off or not up).
+
+        After a failed ping the next follows at once (the miss count is non-zero).
+        """
+        if self.interval <= 0 or self.state is not LinkState.UP:
+            return None
+        if self.consecutive_timeouts:
+            return self.last_activity
+        return self.last_activity + self.interval

@@ -1,0 +1,482 @@
+"""The Unix-socket client API: one protocol object per connection.
+
+Strategy: each connection decodes length-prefixed JSON (`wire`), checks the op
+against its role, and hands calls to the session with a callback that writes the
+reply back to this connection only. Events are encoded once and written to every
+subscriber. A subscriber that stops reading first loses events (counted, then an
+`overflow` event once it drains), and is disconnected when even its replies pile
+up past `api.max_backlog`: nobody else waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import stat
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from verld import API_VERSION, __version__, wire
+from verld.config import Config
+from verld.link import Transition
+from verld.logs import RING, Record
+from verld.roles import ROLE_RANK, role_for
+from verld.session import Call, CallResult, Session
+
+log = structlog.get_logger("verld.server")
+
+_OP_ROLE = {
+    "hello": "observer",
+    "status": "observer",
+    "subscribe": "observer",
+    "unsubscribe": "observer",
+    "logs": "observer",
+    "metrics": "observer",
+    "call": "controller",
+    "lease": "controller",
+    "release": "controller",
+    "reconnect": "admin",
+    "reload": "admin",
+}
+_PEERCRED = struct.Struct("3i")
+
+
+class SocketInUse(Exception):
+    """Another live process serves the socket path."""
+
+
+class ClientConn(asyncio.Protocol):
+    """One API client."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.decoder = wire.MessageDecoder(server.cfg.api.max_message)
+        self.pid = self.uid = self.gid = -1
+        self.role = "observer"
+        self.name = ""
+        self.topics: frozenset[str] = frozenset()
+        self.paused = False
+        self.dropped = 0
+        self.closed = False
+        self.serial = server.next_serial()
+
+    def __repr__(self) -> str:
+        return f"client#{self.serial}(pid={self.pid})"
+
+    # --- lifecycle --------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+                self.pid, self.uid, self.gid = _PEERCRED.unpack(raw)
+            except OSError:
+                pass
+        backlog = self.server.cfg.api.max_backlog
+        high = max(64 * 1024, backlog // 4)
+        transport.set_write_buffer_limits(high=high, low=high // 4)
+        self.server.attach(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.detach(self)
+
+    def refuse(self, code: str, message: str) -> None:
+        """Answer one error (id null) and close: used at connect."""
+        self.send(wire.error_reply(None, code, message))
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.dropped:
+            dropped, self.dropped = self.dropped, 0
+            self.write(wire.encode({"event": "overflow", "dropped": dropped}))
+
+    # --- output -------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if self.closed or transport is None:
+            return
+        transport.write(data)
+        if transport.get_write_buffer_size() > self.server.cfg.api.max_backlog:
+            log.warning(
+                "client_dropped",
+                client=repr(self),
+                reason="max_backlog exceeded",
+                backlog=transport.get_write_buffer_size(),
+            )
+            self.closed = True
+            transport.abort()
+
+    def send(self, obj: dict[str, Any]) -> None:
+        self.write(wire.encode(obj))
+
+    def send_event(self, data: bytes) -> None:
+        """An already-encoded event; dropped (and counted) while this client lags."""
+        if self.paused or self.dropped:
+            self.dropped += 1
+            self.server.events_dropped += 1
+            return
+        self.write(data)
+
+    # --- input --------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        try:
+            bodies = self.decoder.feed(data)
+        except wire.Oversize as exc:
+            self.send(wire.error_reply(None, "too_large", str(exc)))
+            self.close()
+            return
+        for body in bodies:
+            if self.closed:
+                return
+            self.handle(body)
+
+    def handle(self, body: bytes) -> None:
+        try:
+            req = wire.parse_request(body)
+            need = _OP_ROLE[req.op]
+            if ROLE_RANK[self.role] < ROLE_RANK[need]:
+                raise wire.ApiError(
+                    "forbidden", f"'{req.op}' needs role {need}; you are {self.role}", req.id
+                )
+            self.server.dispatch(self, req)
+        except wire.ApiError as exc:
+            self.send(wire.error_reply(exc.req_id, exc.code, exc.message))
+
+
+class ApiServer:
+    """Accepts clients, routes their requests, fans out events."""
+
+    def __init__(
+        self, cfg: Config, session: Session, *, on_reload: Callable[[], list[str]] | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.session = session
+        self.clients: set[ClientConn] = set()
+        self.subscribers: dict[str, set[ClientConn]] = {t: set() for t in wire.TOPICS}
+        self.events_dropped = 0
+        self.started = time.time()
+        self.on_reload = on_reload
+        self.on_clients_changed: Callable[[], None] | None = None
+        self._serial = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._owned_path: tuple[str, int, int] | None = None
+        RING.listener = self._on_log
+
+    def next_serial(self) -> int:
+        self._serial += 1
+        return self._serial
+
+    # --- listening ------------------------------------------------------------------
+    async def start(self, listen_sock: socket.socket | None = None) -> None:
+        """Serve the given (socket-activated) socket, or bind `api.socket`."""
+        loop = asyncio.get_running_loop()
+        if listen_sock is not None:
+            self._server = await loop.create_unix_server(lambda: ClientConn(self), sock=listen_sock)
+            return
+        path = self.cfg.api.socket
+        _clear_stale_socket(path)
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        self._server = await loop.create_unix_server(lambda: ClientConn(self), path=path)
+        os.chmod(path, self.cfg.api.mode)  # after bind: correct under any umask
+        if self.cfg.api.group is not None:
+            os.chown(path, -1, _gid(self.cfg.api.group))
+        st = os.stat(path)
+        self._owned_path = (path, st.st_dev, st.st_ino)
+
+    async def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def close(self) -> None:
+        """Close every client and remove the socket file we created."""
+        await self.stop_accepting()
+        for conn in list(self.clients):
+            conn.close()
+        if self._owned_path is not None:
+            path, dev, ino = self._owned_path
+            try:
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) == (dev, ino):
+                    os.unlink(path)
+            except OSError:
+                pass
+        RING.listener = None
+
+    # --- clients --------------------------------------------------------------------------
+    def attach(self, conn: ClientConn) -> None:
+        if len(self.clients) >= self.cfg.api.max_clients:
+            log.info("client_refused", pid=conn.pid, uid=conn.uid, reason="max_clients")
+            conn.refuse("busy", f"too many clients (max_clients={self.cfg.api.max_clients})")
+            return
+        role = role_for(conn.uid, conn.gid, self.cfg.api.roles)
+        if role is None:
+            log.info("client_refused", pid=conn.pid, uid=conn.uid, reason="no role")
+            conn.refuse("forbidden", "your uid/gid matches no role in api.roles")
+            return
+        conn.role = role
+        self.clients.add(conn)
+        log.info(
+            "client_connected",
+            client=repr(conn),
+            pid=conn.pid,
+            uid=conn.uid,
+            gid=conn.gid,
+            role=role,
+        )
+        if self.on_clients_changed is not None:
+            self.on_clients_changed()
+
+    def detach(self, conn: ClientConn) -> None:
+        if conn not in self.clients:
+            return
+        self.clients.discard(conn)
+        for subs in self.subscribers.values():
+            subs.discard(conn)
+        self.session.forget_owner(conn)
+        log.info("client_disconnected", client=repr(conn), pid=conn.pid)
+        if self.on_clients_changed is not None:
+            self.on_clients_changed()
+
+    # --- ops ------------------------------------------------------------------------------
+    def dispatch(self, conn: ClientConn, req: wire.Request) -> None:
+        op = req.op
+        if op == "call":
+            self._call(conn, req)
+        elif op == "status":
+            conn.send({"id": req.id, "ok": True, **self.status()})
+        elif op == "hello":
+            self._hello(conn, req)
+        elif op == "subscribe":
+            topics = wire.topics_field(req, required=True)
+            assert topics is not None
+            conn.topics |= topics
+            for topic in topics:
+                self.subscribers[topic].add(conn)
+            conn.send({"id": req.id, "ok": True, "topics": sorted(conn.topics)})
+        elif op == "unsubscribe":
+            topics = wire.topics_field(req, required=False) or wire.TOPICS
+            conn.topics -= topics
+            for topic in topics:
+                self.subscribers[topic].discard(conn)
+            conn.send({"id": req.id, "ok": True, "topics": sorted(conn.topics)})
+        elif op == "logs":
+            lines = req.body.get("lines", 100)
+            if isinstance(lines, bool) or not isinstance(lines, int) or lines < 0:
+                raise wire.ApiError("bad_request", "'lines' must be a non-negative integer", req.id)
+            conn.send({"id": req.id, "ok": True, "records": RING.tail(lines)})
+        elif op == "metrics":
+            conn.send({"id": req.id, "ok": True, "text": self.metrics_text()})
+        elif op == "reconnect":
+            self.session.request_reconnect(f"reconnect requested by {conn!r}")
+            conn.send({"id": req.id, "ok": True})
+        elif op == "reload":
+            self._reload(conn, req)
+        else:  # lease / release: not served by this build yet
+            raise wire.ApiError("unknown_op", f"op {op!r} is not supported by this verld", req.id)
+
+    def _hello(self, conn: ClientConn, req: wire.Request) -> None:
+        name = req.body.get("client")
+        if name is not None and not isinstance(name, str):
+            raise wire.ApiError("bad_request", "'client' must be a string", req.id)
+        conn.name = (name or "")[:128]
+        dev = self.cfg.device
+        conn.send(
+            {
+                "id": req.id,
+                "ok": True,
+                "version": API_VERSION,
+                "daemon": f"verld {__version__}",
+                "device": {
+                    "port": self.session.port,
+                    "codec": dev.codec,
+                    "max_payload": dev.max_payload,
+                    "window": self.session.window,
+                },
+                "role": conn.role,
+            }
+        )
+
+    def _reload(self, conn: ClientConn, req: wire.Request) -> None:
+        if self.on_reload is None:
+            raise wire.ApiError("unknown_op", "reload is not available", req.id)
+        try:
+            changed = self.on_reload()
+        except Exception as exc:
+            raise wire.ApiError("bad_config", str(exc), req.id) from None
+        conn.send({"id": req.id, "ok": True, "changed": changed})
+
+    def _call(self, conn: ClientConn, req: wire.Request) -> None:
+        payload, timeout, retry, wait = wire.call_fields(req)
+        dev = self.cfg.device
+        if len(payload) > dev.max_payload:
+            raise wire.ApiError(
+                "too_large",
+                f"data of {len(payload)} bytes exceeds max_payload ({dev.max_payload})",
+                req.id,
+            )
+        req_id = req.id
+        text_codec = dev.codec == "line"
+
+        def done(result: CallResult) -> None:
+            if conn.closed:
+                return
+            if result.error is None or result.status is not None:
+                reply: dict[str, Any] = {
+                    "id": req_id,
+                    "ok": result.error is None,
+                    "status": result.status,
+                    "data": wire.b64(result.data),
+                    "ms": round(result.ms, 3),
+                    "generation": result.generation,
+                }
+                if text_codec:
+                    reply["text"] = result.text
+                if result.error is not None:
+                    reply["error"] = {"code": result.error, "message": result.message}
+            else:
+                reply = wire.error_reply(
+                    req_id, result.error, result.message, generation=result.generation
+                )
+            conn.write(wire.encode(reply))
+
+        self.session.submit(
+            Call(
+                conn,
+                payload,
+                done,
+                timeout=timeout or dev.timeout,
+                retry=dev.retry if retry is None else retry,
+                wait=wait,
+                req_id=req_id,
+            )
+        )
+
+    # --- status and metrics ------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        st = self.session.status()
+        st["uptime"] = round(time.time() - self.started, 3)
+        st["clients"] = len(self.clients)
+        st["lease"] = None
+        st["events_dropped"] = self.events_dropped
+        return st
+
+    def metrics_text(self) -> str:
+        st = self.session.status()
+        c = st["counters"]
+        lines = [
+            "# HELP verld_calls_total Calls answered, by outcome.",
+            "# TYPE verld_calls_total counter",
+            f'verld_calls_total{{outcome="ok"}} {c["calls_ok"]}',
+            f'verld_calls_total{{outcome="error"}} {c["calls_failed"]}',
+        ]
+        for name in ("timeouts", "retries", "stale", "bad_frames", "reconnects", "pings", "events"):
+            lines += [f"# TYPE verld_{name}_total counter", f"verld_{name}_total {c[name]}"]
+        for name in ("bytes", "frames"):
+            lines.append(f"# TYPE verld_{name}_total counter")
+            lines.append(f'verld_{name}_total{{dir="tx"}} {c[name + "_tx"]}')
+            lines.append(f'verld_{name}_total{{dir="rx"}} {c[name + "_rx"]}')
+        up = 1 if st["link"]["state"] == "up" else 0
+        lines += [
+            "# TYPE verld_link_up gauge",
+            f"verld_link_up {up}",
+            "# TYPE verld_link_generation gauge",
+            f"verld_link_generation {st['link']['generation']}",
+            "# TYPE verld_clients gauge",
+            f"verld_clients {len(self.clients)}",
+            "# TYPE verld_queue_depth gauge",
+            f"verld_queue_depth {st['queue']}",
+            "# TYPE verld_events_dropped_total counter",
+            f"verld_events_dropped_total {self.events_dropped}",
+            "# HELP verld_call_latency_seconds Call latency from receipt to reply.",
+            "# TYPE verld_call_latency_seconds histogram",
+        ]
+        lines.extend(self.session.latency.prometheus("verld_call_latency_seconds"))
+        return "\n".join(lines) + "\n"
+
+    # --- fan-out ----------------------------------------------------------------------------------
+    def broadcast(self, topic: str, obj: dict[str, Any]) -> None:
+        subs = self.subscribers[topic]
+        if not subs:
+            return
+        data = wire.encode(obj)
+        for conn in list(subs):
+            conn.send_event(data)
+
+    def device_event(self, data: bytes, text: str | None, generation: int) -> None:
+        if not self.subscribers["events"]:
+            return
+        event: dict[str, Any] = {
+            "event": "device",
+            "data": wire.b64(data),
+            "generation": generation,
+        }
+        if text is not None:
+            event["text"] = text
+        self.broadcast("events", event)
+
+    def link_event(self, t: Transition) -> None:
+        self.broadcast(
+            "link",
+            {
+                "event": "link",
+                "state": t.state.value,
+                "reason": t.reason,
+                "generation": t.generation,
+            },
+        )
+
+    def _on_log(self, record: Record) -> None:
+        if self.subscribers["logs"]:
+            self.broadcast("logs", {"event": "log", "record": record})
+
+
+def _gid(group: str | int) -> int:
+    if isinstance(group, int):
+        return group
+    import grp
+
+    return grp.getgrnam(group).gr_gid
+
+
+def _clear_stale_socket(path: str) -> None:
+    """Remove a socket file left by a crashed run; refuse to steal a live one."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SocketInUse(f"{path} exists and is not a socket; not touching it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise SocketInUse(f"cannot probe {path}: {exc.strerror}") from None
+        os.unlink(path)  # nobody listens: a stale file from a crashed run
+        log.info("stale_socket_removed", path=path)
+        return
+    finally:
+        probe.close()
+    raise SocketInUse(f"another process is already serving {path} (is verld running?)")

@@ -1,0 +1,734 @@
+"""The device session: one link, one queue, every client's calls.
+
+Strategy: clients `submit` calls; each call ends in exactly one `CallResult`
+handed to its `done` callback. Calls wait in per-client queues served
+round-robin; up to `window` of them are on the link at once (verl; 1 for the
+codecs without seqs), each keyed by a seq that is never reused while outstanding.
+Replies are matched by seq (or, for length/line, to the one call outstanding);
+a reply that matches nothing is stale and dropped. Per-try timers drive retries
+and feed the link state machine (`link.Link`), which decides when the link is
+dead. Losing the link — for any reason — goes through `_lose`, which fails
+what is outstanding and wakes the connect loop in `run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple
+
+import structlog
+
+from verld.codec.base import Inbound, Kind, LinkCodec
+from verld.config import Config
+from verld.link import Link, LinkState, Transition
+from verld.metrics import Histogram
+from verld.transport import FdTransport, OpenError, open_link
+
+log = structlog.get_logger("verld.session")
+
+_SEQ_MOD = 65536
+
+
+class CallResult(NamedTuple):
+    """How one call ended. `error` is None on success (status 0x00 or otherwise)."""
+
+    error: str | None
+    message: str
+    status: int | None
+    data: bytes
+    text: str | None
+    ms: float
+    generation: int
+
+
+class Call:
+    """One call (or an internal ping) on its way through the session."""
+
+    __slots__ = (
+        "done",
+        "frame",
+        "is_ping",
+        "owner",
+        "payload",
+        "queued",
+        "req_id",
+        "retry",
+        "seq",
+        "t_submit",
+        "timeout",
+        "timer",
+        "tries",
+        "wait",
+    )
+
+    def __init__(
+        self,
+        owner: Hashable | None,
+        payload: bytes,
+        done: Callable[[CallResult], None],
+        *,
+        timeout: float,
+        retry: int,
+        wait: bool = False,
+        req_id: object = None,
+        is_ping: bool = False,
+    ) -> None:
+        self.owner = owner
+        self.payload = payload
+        self.done = done
+        self.timeout = timeout
+        self.retry = retry
+        self.wait = wait
+        self.req_id = req_id
+        self.is_ping = is_ping
+        self.seq = -1
+        self.frame = b""
+        self.tries = 0
+        self.timer: asyncio.TimerHandle | None = None
+        self.t_submit = 0.0
+        self.queued = False
+
+
+class Counters:
+    """The `status` counters; plain attributes keep increments cheap."""
+
+    __slots__ = (
+        "calls",
+        "calls_failed",
+        "calls_ok",
+        "events",
+        "frames_rx",
+        "frames_tx",
+        "pings",
+        "retries",
+        "stale",
+        "timeouts",
+    )
+
+    def __init__(self) -> None:
+        self.calls = self.calls_ok = self.calls_failed = 0
+        self.timeouts = self.retries = self.stale = self.pings = 0
+        self.frames_tx = self.frames_rx = self.events = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+EventSink = Callable[[bytes, str | None, int], None]
+LinkSink = Callable[[Transition], None]
+
+
+class Session:
+    """Owns the link to the device and everything on it."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        codec: LinkCodec,
+        port: str,
+        *,
+        on_event: EventSink,
+        on_link: LinkSink,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.codec = codec
+        self.port = port
+        self._on_event = on_event
+        self._on_link = on_link
+        self._loop = asyncio.get_running_loop()
+        rc, hb = cfg.reconnect, cfg.heartbeat
+        self.link = Link(
+            initial=rc.initial,
+            maximum=rc.max,
+            misses=hb.misses,
+            interval=hb.interval,
+            rng=rng,
+        )
+        self.window = cfg.device.window if codec.pipelined else 1
+        self.ping_payload = ping_payload(cfg)
+        self.counters = Counters()
+        self.latency = Histogram()
+        self._transport: FdTransport | None = None
+        self._inflight: dict[int, Call] = {}
+        self._queues: dict[Hashable, deque[Call]] = {}
+        self._rr: deque[Hashable] = deque()
+        self._owner_load: dict[Hashable, int] = {}
+        self._waiting = 0
+        self._next_seq = 0
+        self._guard_until: float | None = None
+        self._guard_timer: asyncio.TimerHandle | None = None
+        self._held: Call | None = None  # a retry waiting for the guard to end
+        self._hb_timer: asyncio.TimerHandle | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._closing = False
+        self._bytes_prev = (0, 0)
+        self._debug = False
+        self.started = time.time()
+
+    # --- public -----------------------------------------------------------------
+    @property
+    def state(self) -> LinkState:
+        return self.link.state
+
+    @property
+    def queued(self) -> int:
+        return self._waiting
+
+    def set_debug(self, enabled: bool) -> None:
+        """Per-call DEBUG lines cost even when filtered: build them only when wanted."""
+        self._debug = enabled
+
+    def submit(self, call: Call) -> None:
+        """Accept a call; its `done` runs exactly once, maybe before this returns."""
+        now = self._loop.time()
+        call.t_submit = now
+        if self._closing:
+            self._finish(call, "shutting_down", "verld is shutting down")
+            return
+        if self.link.state is not LinkState.UP and not call.wait:
+            self._finish(call, "link_down", f"link is {self.link.state.value}: {self.link.reason}")
+            return
+        if self._waiting >= self.cfg.api.queue_limit:
+            self._finish(call, "busy", "the call queue is full")
+            return
+        owner = call.owner
+        load = self._owner_load.get(owner, 0)
+        if load >= self.cfg.api.client_queue:
+            self._finish(call, "busy", "this client has too many calls waiting or in flight")
+            return
+        self._owner_load[owner] = load + 1
+        queue = self._queues.get(owner)
+        if queue is None:
+            queue = self._queues[owner] = deque()
+            self._rr.append(owner)
+        queue.append(call)
+        call.queued = True
+        self._waiting += 1
+        if self._debug:
+            log.debug("call_queued", client=owner, request_id=call.req_id, queue=self._waiting)
+        if self.link.state is LinkState.UP:
+            self._pump()
+        else:
+            call.timer = self._loop.call_at(now + call.timeout, self._wait_expired, call)
+
+    def forget_owner(self, owner: Hashable) -> None:
+        """A client went away: its queued calls are dropped unsent, in-flight ones run out."""
+        queue = self._queues.pop(owner, None)
+        if queue is None:
+            return
+        self._rr.remove(owner)
+        for call in queue:
+            call.queued = False
+            if call.timer is not None:
+                call.timer.cancel()
+        self._waiting -= len(queue)
+        left = self._owner_load.get(owner, 0) - len(queue)
+        if left > 0:
+            self._owner_load[owner] = left
+        else:
+            self._owner_load.pop(owner, None)
+
+    def request_reconnect(self, reason: str = "reconnect requested") -> None:
+        """Drop the link now and reopen it (the admin `reconnect` op)."""
+        if self.link.state in (LinkState.UP, LinkState.CONNECTING) and self._transport:
+            self._lose(reason)
+        elif self.link.state is LinkState.DOWN:
+            self.link.next_attempt = 0.0
+            self._wakeup()
+
+    async def run(self) -> None:
+        """The connect loop: open, handshake, serve until lost, back off, repeat."""
+        while not self._closing:
+            delay = self.link.retry_in(self._loop.time())
+            if delay > 0:
+                await self._sleep(delay)
+                continue  # re-check: closing or a reconnect request may have come meanwhile
+            self._announce(self.link.attempt(self._loop.time()))
+            if not await self._connect():
+                continue
+            self._wake = self._loop.create_future()
+            await self._wake
+
+    async def close(self, drain: float) -> None:
+        """Stop: fail queued calls, let in-flight ones finish for up to `drain` s."""
+        self._closing = True
+        self._fail_queued("shutting_down", "verld is shutting down", everyone=True)
+        deadline = self._loop.time() + drain
+        while self._inflight_calls() and self._loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for call in self._take_inflight():
+            self._finish(call, "shutting_down", "verld is shutting down")
+        self._drop_transport()
+        if self.link.state is not LinkState.CLOSED:
+            self._announce(self.link.close(self._loop.time()))
+        self._wakeup()
+
+    def status(self) -> dict[str, Any]:
+        """The `status` reply's session part."""
+        c = self.counters.as_dict()
+        c["bad_frames"] = self.codec.bad_frames
+        c["reconnects"] = self.link.reconnects
+        tx, rx = self._bytes_prev
+        if self._transport is not None:
+            tx, rx = tx + self._transport.bytes_tx, rx + self._transport.bytes_rx
+        c["bytes_tx"], c["bytes_rx"] = tx, rx
+        link = self.link
+        wall = time.time() - (self._loop.time() - link.since) if link.since else self.started
+        return {
+            "link": {
+                "state": link.state.value,
+                "reason": link.reason,
+                "generation": link.generation,
+                "port": self.port,
+                "codec": self.cfg.device.codec,
+                "since": round(wall, 3),
+            },
+            "counters": c,
+            "latency_ms": self.latency.summary_ms(),
+            "queue": self._waiting,
+            "inflight": len(self._inflight),
+        }
+
+    # --- connecting ---------------------------------------------------------------
+    async def _connect(self) -> bool:
+        try:
+            transport = await open_link(self.cfg.device, self.port, self, self.cfg.device.timeout)
+        except OpenError as exc:
+            self._announce(self.link.lost(self._loop.time(), f"open failed: {exc}"))
+            return False
+        if self._closing:
+            transport.close()
+            return False
+        self._transport = transport
+        self.codec.reset()
+        if self.ping_payload is not None:
+            result = await self._handshake()
+            if self._transport is not transport:
+                return False  # lost during the handshake; _lose announced it
+            if result.error is not None:
+                self._lose(f"handshake failed: {result.message}")
+                return False
+        self._announce(self.link.opened(self._loop.time()))
+        self._arm_heartbeat()
+        self._pump()
+        return True
+
+    async def _handshake(self) -> CallResult:
+        fut: asyncio.Future[CallResult] = self._loop.create_future()
+
+        def done(result: CallResult) -> None:
+            if not fut.done():
+                fut.set_result(result)
+
+        assert self.ping_payload is not None
+        ping = Call(
+            None, self.ping_payload, done, timeout=self.cfg.heartbeat.timeout, retry=0, is_ping=True
+        )
+        ping.t_submit = self._loop.time()
+        self._send([ping])
+        return await fut
+
+    # --- the queue ----------------------------------------------------------------
+    def _pump(self) -> None:
+        """Move calls from the queues onto the link while the window has room."""
+        if (
+            self.link.state is not LinkState.UP
+            or self._guard_until is not None
+            or self._transport is None
+        ):
+            return
+        room = self.window - len(self._inflight)
+        if room <= 0 or not self._rr:
+            return
+        batch: list[Call] = []
+        rr, queues = self._rr, self._queues
+        while room > 0 and rr:
+            owner = rr.popleft()
+            queue = queues[owner]
+            call = queue.popleft()
+            if queue:
+                rr.append(owner)
+            else:
+                del queues[owner]
+            call.queued = False
+            if call.timer is not None:
+                call.timer.cancel()
+            batch.append(call)
+            room -= 1
+        self._waiting -= len(batch)
+        self._send(batch)
+
+    def _alloc_seq(self) -> int:
+        seq = self._next_seq
+        inflight = self._inflight
+        while seq in inflight:
+            seq = (seq + 1) % _SEQ_MOD
+        self._next_seq = (seq + 1) % _SEQ_MOD
+        return seq
+
+    def _send(self, calls: list[Call]) -> None:
+        """Write calls (first tries) in one write; start their timers."""
+        transport = self._transport
+        assert transport is not None
+        now = self._loop.time()
+        frames = []
+        call_at, on_timeout = self._loop.call_at, self._on_timeout
+        for call in calls:
+            seq = self._alloc_seq()
+            call.seq = seq
+            call.frame = frame = self.codec.encode_request(seq, call.payload)
+            call.tries = 1
+            self._inflight[seq] = call
+            call.timer = call_at(now + call.timeout, on_timeout, call)
+            frames.append(frame)
+            if call.is_ping:
+                self.counters.pings += 1
+            if self._debug:
+                log.debug("call_sent", client=call.owner, request_id=call.req_id, seq=seq)
+        self.counters.frames_tx += len(frames)
+        self.link.activity(now)
+        transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+
+    def _wait_expired(self, call: Call) -> None:
+        """A call that asked to wait for the link waited its whole timeout."""
+        if not call.queued:
+            return
+        self._unqueue(call)
+        self._finish(
+            call, "link_down", f"link still {self.link.state.value} after {call.timeout:g} s"
+        )
+
+    def _unqueue(self, call: Call) -> None:
+        queue = self._queues[call.owner]
+        queue.remove(call)
+        call.queued = False
+        self._waiting -= 1
+        if not queue:
+            del self._queues[call.owner]
+            self._rr.remove(call.owner)
+
+    def _fail_queued(self, code: str, message: str, *, everyone: bool) -> None:
+        """Fail queued calls (all of them, or those that did not ask to wait)."""
+        for owner in list(self._queues):
+            for call in list(self._queues.get(owner, ())):
+                if everyone or not call.wait:
+                    self._unqueue(call)
+                    if call.timer is not None:
+                        call.timer.cancel()
+                    self._finish(call, code, message)
+                elif call.timer is None or call.timer.cancelled():
+                    now = self._loop.time()
+                    call.timer = self._loop.call_at(now + call.timeout, self._wait_expired, call)
+
+    # --- replies, timeouts, retries --------------------------------------------------
+    def link_data(self, data: bytes) -> None:
+        """Transport callback: bytes from the device."""
+        now = self._loop.time()
+        if self._guard_until is not None:
+            # After a timeout (length/line): discard until the line has been quiet.
+            self._guard_until = now + self.cfg.device.guard
+            return
+        frames = self.codec.feed(data, bool(self._inflight))
+        if frames:
+            self.counters.frames_rx += len(frames)
+            self.link.activity(now)
+            for frame in frames:
+                if frame.kind is Kind.REPLY:
+                    self._on_reply(frame, now)
+                else:
+                    self.counters.events += 1
+                    self._on_event(frame.data, frame.text, self.link.generation)
+        if self.codec.desync is not None:
+            self._lose(f"stream out of step: {self.codec.desync}")
+
+    def _on_reply(self, frame: Inbound, now: float) -> None:
+        seq = frame.seq
+        if seq is None:
+            call = next(iter(self._inflight.values()), None)
+            if call is not None:
+                del self._inflight[call.seq]
+        else:
+            call = self._inflight.pop(seq, None)
+        if call is None:
+            self.counters.stale += 1
+            if self._debug:
+                log.debug("stale_reply", seq=seq)
+            return
+        if call.timer is not None:
+            call.timer.cancel()
+        self.link.reply(now)
+        status = frame.status
+        if status == 0:
+            self._finish(call, None, "ok", status, frame.data, frame.text, now)
+        elif status == 0xFF:
+            self._finish(
+                call,
+                "remote_failure",
+                "the device reported failure (status 0xff)",
+                status,
+                frame.data,
+                frame.text,
+                now,
+            )
+        else:
+            self._finish(
+                call,
+                "device_error",
+                f"device status 0x{status:02x}",
+                status,
+                frame.data,
+                frame.text,
+                now,
+            )
+        if call.is_ping:
+            self._arm_heartbeat()
+        if self._rr:
+            self._pump()
+
+    def _on_timeout(self, call: Call) -> None:
+        if self._inflight.get(call.seq) is not call:
+            return
+        del self._inflight[call.seq]
+        self.counters.timeouts += 1
+        dead = self.link.timeout()
+        if self.link.state is LinkState.CONNECTING:
+            self._finish(call, "timeout", f"no answer within {call.timeout:g} s")
+            return
+        if dead:
+            self._finish(call, "timeout", f"no answer within {call.timeout:g} s")
+            self._lose(f"device not answering ({self.link.consecutive_timeouts} timeouts in a row)")
+            return
+        retry = call.tries <= call.retry and not call.is_ping
+        if not retry:
+            self._finish(call, "timeout", f"no answer within {call.timeout:g} s")
+        if self.codec.pipelined:
+            if retry:
+                self._resend(call)
+        else:
+            self._start_guard(call if retry else None)
+        if call.is_ping:
+            self._arm_heartbeat()
+        elif not retry:
+            self._pump()
+
+    def _resend(self, call: Call) -> None:
+        """A retry: the same bytes with the same seq, so a device may answer from a cache."""
+        transport = self._transport
+        assert transport is not None
+        now = self._loop.time()
+        call.tries += 1
+        self.counters.retries += 1
+        self._inflight[call.seq] = call
+        call.timer = self._loop.call_at(now + call.timeout, self._on_timeout, call)
+        self.counters.frames_tx += 1
+        self.link.activity(now)
+        if self._debug:
+            log.debug("call_retry", client=call.owner, request_id=call.req_id, try_=call.tries)
+        transport.write(call.frame)
+
+    def _start_guard(self, held: Call | None) -> None:
+        self._held = held
+        self._guard_until = self._loop.time() + self.cfg.device.guard
+        self._guard_timer = self._loop.call_at(self._guard_until, self._guard_check)
+
+    def _guard_check(self) -> None:
+        if self._guard_until is None:
+            return
+        now = self._loop.time()
+        if now < self._guard_until:
+            self._guard_timer = self._loop.call_at(self._guard_until, self._guard_check)
+            return
+        self._guard_until = self._guard_timer = None
+        self.codec.reset()
+        held, self._held = self._held, None
+        if held is not None and self._transport is not None:
+            self._resend(held)
+        else:
+            self._pump()
+        self._arm_heartbeat()
+
+    def _finish(
+        self,
+        call: Call,
+        error: str | None,
+        message: str,
+        status: int | None = None,
+        data: bytes = b"",
+        text: str | None = None,
+        now: float | None = None,
+    ) -> None:
+        if now is None:
+            now = self._loop.time()
+        elapsed = now - call.t_submit if call.t_submit else 0.0
+        if not call.is_ping:
+            c = self.counters
+            c.calls += 1
+            if error is None:
+                c.calls_ok += 1
+                self.latency.observe(elapsed)
+            else:
+                c.calls_failed += 1
+            load = self._owner_load.get(call.owner, 0) - 1
+            if load > 0:
+                self._owner_load[call.owner] = load
+            else:
+                self._owner_load.pop(call.owner, None)
+            if self._debug:
+                log.debug(
+                    "call_done",
+                    client=call.owner,
+                    request_id=call.req_id,
+                    error=error,
+                    status=status,
+                    ms=round(elapsed * 1000, 3),
+                )
+        call.done(
+            CallResult(error, message, status, data, text, elapsed * 1000, self.link.generation)
+        )
+
+    # --- heartbeat -------------------------------------------------------------------
+    def _arm_heartbeat(self) -> None:
+        due = self.link.ping_due_at()
+        if due is None:
+            return
+        if self._hb_timer is not None:
+            self._hb_timer.cancel()
+        self._hb_timer = self._loop.call_at(due, self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        self._hb_timer = None
+        due = self.link.ping_due_at()
+        if due is None or self._transport is None or self.ping_payload is None:
+            return
+        now = self._loop.time()
+        if now < due - 0.001:
+            self._hb_timer = self._loop.call_at(due, self._heartbeat)
+            return
+        if self._inflight or self._rr or self._guard_until is not None:
+            # Not idle: the calls on the link prove (or disprove) liveness themselves.
+            self._hb_timer = self._loop.call_at(now + self.link.interval, self._heartbeat)
+            return
+        ping = Call(
+            None,
+            self.ping_payload,
+            _ignore,
+            timeout=self.cfg.heartbeat.timeout,
+            retry=0,
+            is_ping=True,
+        )
+        ping.t_submit = now
+        self._send([ping])
+
+    # --- losing the link ---------------------------------------------------------------
+    def link_lost(self, reason: str) -> None:
+        """Transport callback: hang-up, EIO, write error."""
+        self._lose(reason)
+
+    def _lose(self, reason: str) -> None:
+        if self.link.state not in (LinkState.UP, LinkState.CONNECTING):
+            return
+        self._drop_transport()
+        transition = self.link.lost(self._loop.time(), reason)
+        for call in self._take_inflight():
+            self._finish(call, "link_down", f"link lost: {reason}")
+        self._fail_queued("link_down", f"link lost: {reason}", everyone=False)
+        self._announce(transition)
+        self._wakeup()
+
+    def _take_inflight(self) -> list[Call]:
+        calls = list(self._inflight.values())
+        if self._held is not None:
+            calls.append(self._held)
+            self._held = None
+        self._inflight.clear()
+        for call in calls:
+            if call.timer is not None:
+                call.timer.cancel()
+        return calls
+
+    def _inflight_calls(self) -> int:
+        return sum(1 for c in self._inflight.values() if not c.is_ping) + (self._held is not None)
+
+    def _drop_transport(self) -> None:
+        for timer in (self._hb_timer, self._guard_timer):
+            if timer is not None:
+                timer.cancel()
+        self._hb_timer = self._guard_timer = None
+        self._guard_until = None
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            tx, rx = self._bytes_prev
+            self._bytes_prev = (tx + transport.bytes_tx, rx + transport.bytes_rx)
+            transport.close()
+
+    def _announce(self, transition: Transition) -> None:
+        state = transition.state
+        if state is LinkState.UP:
+            log.info("link_up", port=self.port, generation=transition.generation)
+        elif state is LinkState.DOWN:
+            log.warning(
+                "link_down",
+                port=self.port,
+                reason=transition.reason,
+                generation=transition.generation,
+                retry_in=round(self.link.retry_in(self._loop.time()), 3),
+            )
+        else:
+            log.debug("link_" + state.value, port=self.port, generation=transition.generation)
+        self._on_link(transition)
+
+    # --- waiting ----------------------------------------------------------------------
+    def _wakeup(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def _sleep(self, delay: float) -> None:
+        self._wake = self._loop.create_future()
+        handle = self._loop.call_later(delay, self._wakeup)
+        try:
+            await self._wake
+        finally:
+            handle.cancel()
+
+
+def _ignore(_: CallResult) -> None:
+    return None
+
+
+def ping_payload(cfg: Config) -> bytes | None:
+    """What the handshake and heartbeat send (None: no handshake, heartbeat off)."""
+    codec, hb = cfg.device.codec, cfg.heartbeat
+    if codec == "verl":
+        return b""
+    if codec == "length":
+        return bytes.fromhex(hb.payload) if hb.interval > 0 else None
+    if hb.payload and hb.interval > 0:
+        return hb.payload.encode(cfg.device.line.encoding)
+    return None
+
+
+def make_codec(cfg: Config) -> LinkCodec:
+    """The daemon-side codec the config asks for."""
+    from verld.codec.length import LengthCodec
+    from verld.codec.line import LineCodec
+    from verld.codec.verl import VerlCodec
+
+    dev = cfg.device
+    if dev.codec == "verl":
+        return VerlCodec(dev.max_payload)
+    if dev.codec == "length":
+        return LengthCodec(dev.max_payload)
+    line = dev.line
+    return LineCodec(
+        dev.max_payload,
+        terminator=line.terminator,
+        encoding=line.encoding,
+        end=line.end,
+        error=line.error,
+        event=line.event,
+    )

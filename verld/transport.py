@@ -1,0 +1,214 @@
+"""The asyncio edge of the link: a file descriptor that moves bytes.
+
+The transport knows bytes, not frames. Serial ports are opened and configured by
+pyserial (exclusively), TCP endpoints by the socket module; then both are just a
+non-blocking fd driven by `loop.add_reader`/`add_writer` with our own EAGAIN and
+partial-write handling (NOTES.md: pyserial-asyncio blocks in close and spins on
+EAGAIN). A read of b'', EIO, ENXIO, EBADF or a write error all mean "the device
+went away": the transport removes its callbacks at once (no busy loop on a
+hung-up fd) and reports `on_lost(reason)` exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+from collections.abc import Callable
+from typing import Protocol
+
+import serial
+
+from verld.config import DeviceConfig, tcp_target
+
+_READ_SIZE = 65536
+_PARITY = {
+    "none": serial.PARITY_NONE,
+    "even": serial.PARITY_EVEN,
+    "odd": serial.PARITY_ODD,
+    "mark": serial.PARITY_MARK,
+    "space": serial.PARITY_SPACE,
+}
+
+
+class LinkHandler(Protocol):
+    """What the transport calls back into (the session)."""
+
+    def link_data(self, data: bytes) -> None: ...
+
+    def link_lost(self, reason: str) -> None: ...
+
+
+class FdTransport:
+    """A connected, non-blocking fd; closes via the `closer` it was given."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fd: int,
+        closer: Callable[[], None],
+        handler: LinkHandler,
+    ) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._closer = closer
+        self._handler = handler
+        self._pending = bytearray()
+        self._writing = False
+        self.closed = False
+        self.bytes_tx = 0
+        self.bytes_rx = 0
+        #: optional tap: called with ("tx"|"rx", bytes) for the raw wire view
+        self.tap: Callable[[str, bytes], None] | None = None
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            data = os.read(self._fd, _READ_SIZE)  # read(2) serves ttys and sockets alike
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lose(_os_reason(exc))
+            return
+        if not data:
+            self._lose("hangup")
+            return
+        self.bytes_rx += len(data)
+        if self.tap is not None:
+            self.tap("rx", data)
+        self._handler.link_data(data)
+
+    def write(self, data: bytes) -> None:
+        """Queue bytes; written at once when the fd can take them."""
+        if self.closed:
+            return
+        self.bytes_tx += len(data)
+        if self.tap is not None:
+            self.tap("tx", data)
+        if self._pending:
+            self._pending += data
+            return
+        try:
+            n = os.write(self._fd, data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as exc:
+            self._lose(_os_reason(exc))
+            return
+        if n < len(data):
+            self._pending += memoryview(data)[n:]
+            self._start_writing()
+
+    def _start_writing(self) -> None:
+        if not self._writing:
+            self._writing = True
+            self._loop.add_writer(self._fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            n = os.write(self._fd, self._pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lose(_os_reason(exc))
+            return
+        del self._pending[:n]
+        if not self._pending:
+            self._writing = False
+            self._loop.remove_writer(self._fd)
+
+    @property
+    def write_backlog(self) -> int:
+        """Bytes accepted but not yet written to the fd."""
+        return len(self._pending)
+
+    def _lose(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.close()
+        self._handler.link_lost(reason)
+
+    def close(self) -> None:
+        """Stop watching the fd and close it; never blocks (no drain)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._loop.remove_reader(self._fd)
+        if self._writing:
+            self._loop.remove_writer(self._fd)
+        self._pending.clear()
+        try:
+            self._closer()
+        except OSError:
+            pass
+
+
+def _os_reason(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno or 0, "")
+    return f"{name}: {exc.strerror}" if name else str(exc)
+
+
+class OpenError(Exception):
+    """The link could not be opened; the message says why, for logs and link events."""
+
+
+def _open_serial(cfg: DeviceConfig, port: str) -> serial.Serial:
+    try:
+        ser = serial.Serial(
+            port=port,
+            baudrate=cfg.baudrate,
+            bytesize=cfg.bytesize,
+            parity=_PARITY[cfg.parity],
+            stopbits=cfg.stopbits,
+            rtscts=cfg.rtscts,
+            timeout=0,
+            write_timeout=0,
+            exclusive=True,
+        )
+    except (serial.SerialException, OSError, ValueError) as exc:
+        text = str(exc)
+        if "Resource temporarily unavailable" in text or "[Errno 11]" in text:
+            text = f"{port} is locked by another process (opened exclusively)"
+        raise OpenError(text) from None
+    # pyserial's open() already flushed input; flush again in case it raced.
+    ser.reset_input_buffer()
+    return ser
+
+
+async def open_link(
+    cfg: DeviceConfig, port: str, handler: LinkHandler, connect_timeout: float
+) -> FdTransport:
+    """Open the device (serial path or tcp://HOST:PORT) as an FdTransport."""
+    loop = asyncio.get_running_loop()
+    target = tcp_target(port)
+    if target is None:
+        ser = _open_serial(cfg, port)
+        return FdTransport(loop, ser.fileno(), ser.close, handler)
+    host, tcp_port = target
+    try:
+        sock = await asyncio.wait_for(_connect_tcp(host, tcp_port), connect_timeout)
+    except TimeoutError:
+        raise OpenError(f"connect to {host}:{tcp_port} timed out") from None
+    except OSError as exc:
+        raise OpenError(f"connect to {host}:{tcp_port}: {exc.strerror or exc}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return FdTransport(loop, sock.fileno(), sock.close, handler)
+
+
+async def _connect_tcp(host: str, port: int) -> socket.socket:
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    last: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, addr)
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        return sock
+    raise last

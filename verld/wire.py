@@ -1,0 +1,226 @@
+"""Client-API framing and request parsing, sans-I/O.
+
+Every message is a 4-byte big-endian length N, then N bytes of one UTF-8 JSON
+object. `MessageDecoder.feed` returns complete bodies; `parse_request` turns one
+body into a validated `Request` or raises `ApiError` carrying the code and the
+id to answer with. Nothing here touches a socket.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+_HEADER = 4
+
+#: the error codes of DESIGN.md, in one place
+ERROR_CODES = frozenset(
+    {
+        "bad_request",
+        "too_large",
+        "unknown_op",
+        "forbidden",
+        "busy",
+        "link_down",
+        "timeout",
+        "remote_failure",
+        "device_error",
+        "shutting_down",
+        "bad_config",
+    }
+)
+TOPICS = frozenset({"events", "link", "logs", "traffic", "wire"})
+OPS = frozenset(
+    {
+        "hello",
+        "status",
+        "subscribe",
+        "unsubscribe",
+        "logs",
+        "metrics",
+        "call",
+        "lease",
+        "release",
+        "reconnect",
+        "reload",
+    }
+)
+
+Id = int | str | None
+
+
+class ApiError(Exception):
+    """A request that gets an error reply (the connection stays open)."""
+
+    def __init__(self, code: str, message: str, req_id: Id = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.req_id = req_id
+
+
+class Oversize(Exception):
+    """A frame announced a length above max_message: answer too_large, then close."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__(f"message of {length} bytes exceeds max_message")
+        self.length = length
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """One framed message. ASCII-escaped JSON, so no client string can break UTF-8."""
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    return len(body).to_bytes(4, "big") + body
+
+
+def error_reply(req_id: Id, code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """The reply object for an error."""
+    reply: dict[str, Any] = {"id": req_id, "ok": False, "error": {"code": code, "message": message}}
+    reply.update(extra)
+    return reply
+
+
+class MessageDecoder:
+    """Splits a byte stream into message bodies; raises Oversize on a too-long length."""
+
+    def __init__(self, max_message: int) -> None:
+        self.max_message = max_message
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += data
+        out: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= _HEADER:
+            n = int.from_bytes(buf[pos : pos + _HEADER], "big")
+            if n > self.max_message:
+                del buf[:]
+                raise Oversize(n)
+            if end - pos - _HEADER < n:
+                break
+            out.append(bytes(buf[pos + _HEADER : pos + _HEADER + n]))
+            pos += _HEADER + n
+        if pos:
+            del buf[:pos]
+        return out
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete message."""
+        return len(self._buf)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_json(body: bytes) -> Any:
+    """Parse one body; any failure (bad UTF-8, deep nesting, NaN, huge ints) is ValueError."""
+    try:
+        return json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except (ValueError, RecursionError, UnicodeDecodeError, MemoryError) as exc:
+        raise ValueError(str(exc) or type(exc).__name__) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A parsed request; op-specific fields are validated by the accessors below."""
+
+    op: str
+    id: int | str
+    body: dict[str, Any]
+
+
+def parse_request(body: bytes) -> Request:
+    """Validate the envelope (object, id, op) of one message."""
+    try:
+        obj = decode_json(body)
+    except ValueError as exc:
+        raise ApiError("bad_request", f"not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ApiError("bad_request", "a message must be a JSON object")
+    req_id = obj.get("id")
+    if isinstance(req_id, bool) or not isinstance(req_id, int | str):
+        raise ApiError("bad_request", "'id' must be an integer or a string")
+    op = obj.get("op")
+    if not isinstance(op, str):
+        raise ApiError("bad_request", "'op' must be a string", req_id)
+    if op not in OPS:
+        raise ApiError("unknown_op", f"unknown op {op!r}", req_id)
+    return Request(op, req_id, obj)
+
+
+def _positive_number(req: Request, key: str) -> float | None:
+    value = req.body.get(key)
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ApiError("bad_request", f"'{key}' must be a positive number", req.id)
+    return float(value)
+
+
+def call_fields(req: Request) -> tuple[bytes, float | None, int | None, bool]:
+    """(payload, timeout, retry, wait) of a call; ApiError when any is malformed."""
+    body = req.body
+    data = body.get("data")
+    text = body.get("text")
+    if data is not None and text is not None:
+        raise ApiError("bad_request", "give 'data' or 'text', not both", req.id)
+    if data is not None:
+        if not isinstance(data, str):
+            raise ApiError("bad_request", "'data' must be a base64 string", req.id)
+        try:
+            payload = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError("bad_request", "'data' is not valid base64", req.id) from None
+    elif text is not None:
+        if not isinstance(text, str):
+            raise ApiError("bad_request", "'text' must be a string", req.id)
+        try:
+            payload = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError("bad_request", "'text' is not valid Unicode", req.id) from None
+    else:
+        raise ApiError("bad_request", "a call needs 'data' (base64) or 'text'", req.id)
+    timeout = _positive_number(req, "timeout")
+    retry = body.get("retry")
+    if retry is not None and (isinstance(retry, bool) or not isinstance(retry, int) or retry < 0):
+        raise ApiError("bad_request", "'retry' must be a non-negative integer", req.id)
+    wait = body.get("wait", False)
+    if not isinstance(wait, bool):
+        raise ApiError("bad_request", "'wait' must be a boolean", req.id)
+    return payload, timeout, retry, wait
+
+
+def topics_field(req: Request, *, required: bool) -> frozenset[str] | None:
+    """The `topics` list of subscribe/unsubscribe (None: all, for unsubscribe)."""
+    topics = req.body.get("topics")
+    if topics is None:
+        if required:
+            raise ApiError("bad_request", "'topics' is required", req.id)
+        return None
+    if isinstance(topics, str):
+        topics = [topics]
+    if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+        raise ApiError("bad_request", "'topics' must be a list of strings", req.id)
+    unknown = sorted(set(topics) - TOPICS)
+    if unknown:
+        known = ", ".join(sorted(TOPICS))
+        raise ApiError("bad_request", f"unknown topic {unknown[0]!r} (known: {known})", req.id)
+    return frozenset(topics)
+
+
+def b64(data: bytes) -> str:
+    """Standard base64 text of bytes."""
+    return base64.b64encode(data).decode("ascii")
