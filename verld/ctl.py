@@ -304,7 +304,7 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--socket", "-s", default=argparse.SUPPRESS, help="verld's API socket")
     common.add_argument(
-        "--config", "-c", default=argparse.SUPPRESS, help="take the socket from this config"
+        "--config", default=argparse.SUPPRESS, help="take the socket from this config"
     )
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="JSON output"
