@@ -259,6 +259,24 @@ def render_record(rec: dict[str, Any]) -> str:
     return f"{when} {level:<7} {msg} {fields}".rstrip()
 
 
+def render_traffic(ev: dict[str, Any]) -> str:
+    """One protocol-analyser line (plus a hex/ASCII dump for payloads)."""
+    t = float(ev.get("t", 0.0))
+    when = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1e6):06d}"
+    arrow = "->" if ev.get("dir") == "tx" else "<-"
+    data = bytes.fromhex(str(ev.get("hex", "")))
+    if ev.get("event") == "wire":
+        return f"{when} {arrow} raw {len(data)} bytes\n{hexdump(data)}"
+    seq = "-" if ev.get("seq") is None else str(ev["seq"])
+    status = "" if ev.get("status") is None else f" status=0x{ev['status']:02x}"
+    head = f"{when} {arrow} {ev.get('kind', '?'):<7} seq={seq:<5} len={len(data)}{status}"
+    return f"{head}\n{hexdump(data)}" if data else head
+
+
+def cmd_monitor(c: Client, args: argparse.Namespace) -> int:
+    return _stream(c, args, ["wire"] if args.raw else ["traffic"], render_traffic)
+
+
 def cmd_logs(c: Client, args: argparse.Namespace) -> int:
     order = ["debug", "info", "warning", "error", "critical"]
     floor = order.index(args.level.lower()) if args.level else 0
@@ -331,6 +349,8 @@ def _parser() -> argparse.ArgumentParser:
     pc.add_argument("--retry", type=int, default=None, help="extra tries after a timeout")
     pc.add_argument("--wait", action="store_true", help="wait for the link if it is down")
     sub.add_parser("events", parents=[common], help="print device and link events until Ctrl-C")
+    pm = sub.add_parser("monitor", parents=[common], help="live traffic, decoded per frame")
+    pm.add_argument("--raw", action="store_true", help="raw bytes as read/written, garbage too")
     pl = sub.add_parser("logs", parents=[common], help="recent daemon log records")
     pl.add_argument("-n", "--lines", type=int, default=100)
     pl.add_argument("-f", "--follow", action="store_true")
@@ -346,6 +366,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "ping": cmd_ping,
     "call": cmd_call,
     "events": cmd_events,
+    "monitor": cmd_monitor,
     "logs": cmd_logs,
     "metrics": cmd_metrics,
     "reconnect": cmd_simple("reconnect"),

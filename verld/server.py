@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import secrets
 import socket
 import stat
 import struct
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -49,6 +51,16 @@ _PEERCRED = struct.Struct("3i")
 
 class SocketInUse(Exception):
     """Another live process serves the socket path."""
+
+
+@dataclass
+class Lease:
+    """One connection's exclusive hold on the device."""
+
+    conn: ClientConn
+    token: str
+    expires: float  # loop time
+    timer: asyncio.TimerHandle
 
 
 class ClientConn(asyncio.Protocol):
@@ -179,6 +191,7 @@ class ApiServer:
         self._serial = 0
         self._server: asyncio.AbstractServer | None = None
         self._owned_path: tuple[str, int, int] | None = None
+        self.lease: Lease | None = None
         RING.listener = self._on_log
 
     def next_serial(self) -> int:
@@ -253,6 +266,9 @@ class ApiServer:
         self.clients.discard(conn)
         for subs in self.subscribers.values():
             subs.discard(conn)
+        self._update_taps()
+        if self.lease is not None and self.lease.conn is conn:
+            self._end_lease("holder disconnected")
         self.session.forget_owner(conn)
         log.info("client_disconnected", client=repr(conn), pid=conn.pid)
         if self.on_clients_changed is not None:
@@ -273,12 +289,14 @@ class ApiServer:
             conn.topics |= topics
             for topic in topics:
                 self.subscribers[topic].add(conn)
+            self._update_taps()
             conn.send({"id": req.id, "ok": True, "topics": sorted(conn.topics)})
         elif op == "unsubscribe":
             topics = wire.topics_field(req, required=False) or wire.TOPICS
             conn.topics -= topics
             for topic in topics:
                 self.subscribers[topic].discard(conn)
+            self._update_taps()
             conn.send({"id": req.id, "ok": True, "topics": sorted(conn.topics)})
         elif op == "logs":
             lines = req.body.get("lines", 100)
@@ -292,8 +310,93 @@ class ApiServer:
             conn.send({"id": req.id, "ok": True})
         elif op == "reload":
             self._reload(conn, req)
-        else:  # lease / release: not served by this build yet
-            raise wire.ApiError("unknown_op", f"op {op!r} is not supported by this verld", req.id)
+        elif op == "lease":
+            self._lease(conn, req)
+        else:
+            self._release(conn, req)
+
+    # --- leases -----------------------------------------------------------------------
+    def _lease(self, conn: ClientConn, req: wire.Request) -> None:
+        seconds = req.body.get("seconds")
+        limit = self.cfg.api.lease_max
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 1 <= seconds <= limit
+        ):
+            raise wire.ApiError("bad_request", f"'seconds' must be a number 1..{limit:g}", req.id)
+        held = self.lease
+        if held is not None and held.conn is not conn:
+            raise wire.ApiError("busy", f"the device is leased to {held.conn!r}", req.id)
+        loop = asyncio.get_running_loop()
+        if held is not None:
+            held.timer.cancel()
+        token = held.token if held is not None else secrets.token_hex(8)
+        expires = loop.time() + float(seconds)
+        timer = loop.call_at(expires, self._end_lease, "expired")
+        self.lease = Lease(conn, token, expires, timer)
+        self.session.set_exclusive(conn)
+        log.info("lease_taken", client=repr(conn), pid=conn.pid, uid=conn.uid, seconds=seconds)
+        conn.send({"id": req.id, "ok": True, "lease": token, "seconds": seconds})
+
+    def _release(self, conn: ClientConn, req: wire.Request) -> None:
+        token = req.body.get("lease")
+        if token is not None and not isinstance(token, str):
+            raise wire.ApiError("bad_request", "'lease' must be a string token", req.id)
+        held = self.lease
+        if held is None or held.conn is not conn or (token is not None and token != held.token):
+            raise wire.ApiError("bad_request", "you hold no lease (or not this one)", req.id)
+        self._end_lease("released")
+        conn.send({"id": req.id, "ok": True})
+
+    def _end_lease(self, reason: str) -> None:
+        held, self.lease = self.lease, None
+        if held is None:
+            return
+        held.timer.cancel()
+        log.info("lease_ended", client=repr(held.conn), reason=reason)
+        self.session.set_exclusive(None)
+
+    def lease_status(self) -> dict[str, Any] | None:
+        held = self.lease
+        if held is None:
+            return None
+        left = held.expires - asyncio.get_running_loop().time()
+        return {
+            "pid": held.conn.pid,
+            "uid": held.conn.uid,
+            "client": held.conn.name,
+            "seconds_left": round(max(0.0, left), 3),
+        }
+
+    # --- taps -------------------------------------------------------------------------
+    def _update_taps(self) -> None:
+        """Ask the session for frames/bytes only while someone listens."""
+        self.session.traffic = self._traffic if self.subscribers["traffic"] else None
+        self.session.set_wire_tap(self._wire if self.subscribers["wire"] else None)
+
+    def _traffic(
+        self, direction: str, kind: str, seq: int | None, status: int | None, payload: bytes
+    ) -> None:
+        self.broadcast(
+            "traffic",
+            {
+                "event": "traffic",
+                "dir": direction,
+                "t": round(time.time(), 6),
+                "kind": kind,
+                "seq": seq,
+                "status": status,
+                "len": len(payload),
+                "hex": payload.hex(),
+            },
+        )
+
+    def _wire(self, direction: str, data: bytes) -> None:
+        self.broadcast(
+            "wire",
+            {"event": "wire", "dir": direction, "t": round(time.time(), 6), "hex": data.hex()},
+        )
 
     def _hello(self, conn: ClientConn, req: wire.Request) -> None:
         name = req.body.get("client")
@@ -377,7 +480,7 @@ class ApiServer:
         st = self.session.status()
         st["uptime"] = round(time.time() - self.started, 3)
         st["clients"] = len(self.clients)
-        st["lease"] = None
+        st["lease"] = self.lease_status()
         st["events_dropped"] = self.events_dropped
         return st
 

@@ -49,6 +49,7 @@ class Call:
     """One call (or an internal ping) on its way through the session."""
 
     __slots__ = (
+        "counted",
         "done",
         "frame",
         "is_ping",
@@ -91,6 +92,7 @@ class Call:
         self.timer: asyncio.TimerHandle | None = None
         self.t_submit = 0.0
         self.queued = False
+        self.counted = False  # holds one unit of its owner's `client_queue` share
 
 
 class Counters:
@@ -120,6 +122,10 @@ class Counters:
 
 EventSink = Callable[[bytes, str | None, int], None]
 LinkSink = Callable[[Transition], None]
+#: (dir "tx"/"rx", kind, seq, status, payload) for every frame: the `traffic` topic
+TrafficTap = Callable[[str, str, int | None, int | None, bytes], None]
+#: (dir, raw bytes) as read and written, garbage included: the `wire` topic
+WireTap = Callable[[str, bytes], None]
 
 
 class Session:
@@ -169,6 +175,10 @@ class Session:
         self._bytes_prev = (0, 0)
         self._debug = False
         self.started = time.time()
+        #: set while a client holds a lease: only its calls reach the device
+        self.exclusive: Hashable | None = None
+        self.traffic: TrafficTap | None = None
+        self._wire: WireTap | None = None
 
     # --- public -----------------------------------------------------------------
     @property
@@ -183,15 +193,33 @@ class Session:
         """Per-call DEBUG lines cost even when filtered: build them only when wanted."""
         self._debug = enabled
 
+    def set_wire_tap(self, tap: WireTap | None) -> None:
+        """Raw bytes each way to `tap` (None: off; costs nothing then)."""
+        self._wire = tap
+        if self._transport is not None:
+            self._transport.tap = tap
+
+    def set_exclusive(self, owner: Hashable | None) -> None:
+        """Give the device to one owner (a lease), or back to everyone (None)."""
+        self.exclusive = owner
+        self._pump()
+
     def submit(self, call: Call) -> None:
         """Accept a call; its `done` runs exactly once, maybe before this returns."""
         now = self._loop.time()
         call.t_submit = now
+        if self._debug:
+            log.debug("call_received", client=call.owner, request_id=call.req_id,
+                      bytes=len(call.payload))  # fmt: skip
         if self._closing:
             self._finish(call, "shutting_down", "verld is shutting down")
             return
         if self.link.state is not LinkState.UP and not call.wait:
             self._finish(call, "link_down", f"link is {self.link.state.value}: {self.link.reason}")
+            return
+        excl = self.exclusive
+        if excl is not None and call.owner is not excl and not call.wait:
+            self._finish(call, "busy", "the device is leased to another client")
             return
         if self._waiting >= self.cfg.api.queue_limit:
             self._finish(call, "busy", "the call queue is full")
@@ -202,6 +230,7 @@ class Session:
             self._finish(call, "busy", "this client has too many calls waiting or in flight")
             return
         self._owner_load[owner] = load + 1
+        call.counted = True
         queue = self._queues.get(owner)
         if queue is None:
             queue = self._queues[owner] = deque()
@@ -211,7 +240,7 @@ class Session:
         self._waiting += 1
         if self._debug:
             log.debug("call_queued", client=owner, request_id=call.req_id, queue=self._waiting)
-        if self.link.state is LinkState.UP:
+        if self.link.state is LinkState.UP and (excl is None or owner is excl):
             self._pump()
         else:
             call.timer = self._loop.call_at(now + call.timeout, self._wait_expired, call)
@@ -305,6 +334,7 @@ class Session:
             transport.close()
             return False
         self._transport = transport
+        transport.tap = self._wire
         self.codec.reset()
         if self.ping_payload is not None:
             result = await self._handshake()
@@ -347,6 +377,8 @@ class Session:
             return
         batch: list[Call] = []
         rr, queues = self._rr, self._queues
+        if self.exclusive is not None:
+            rr = deque([self.exclusive] if self.exclusive in queues else ())
         while room > 0 and rr:
             owner = rr.popleft()
             queue = queues[owner]
@@ -355,13 +387,16 @@ class Session:
                 rr.append(owner)
             else:
                 del queues[owner]
+                if rr is not self._rr:
+                    self._rr.remove(owner)
             call.queued = False
             if call.timer is not None:
                 call.timer.cancel()
             batch.append(call)
             room -= 1
-        self._waiting -= len(batch)
-        self._send(batch)
+        if batch:
+            self._waiting -= len(batch)
+            self._send(batch)
 
     def _alloc_seq(self) -> int:
         seq = self._next_seq
@@ -390,6 +425,10 @@ class Session:
                 self.counters.pings += 1
             if self._debug:
                 log.debug("call_sent", client=call.owner, request_id=call.req_id, seq=seq)
+        if self.traffic is not None:
+            for call in calls:
+                kind = "ping" if call.is_ping else "request"
+                self.traffic("tx", kind, call.seq, None, call.payload)
         self.counters.frames_tx += len(frames)
         self.link.activity(now)
         transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
@@ -399,6 +438,9 @@ class Session:
         if not call.queued:
             return
         self._unqueue(call)
+        if self.link.state is LinkState.UP and self.exclusive is not None:
+            self._finish(call, "busy", f"the device stayed leased for {call.timeout:g} s")
+            return
         self._finish(
             call, "link_down", f"link still {self.link.state.value} after {call.timeout:g} s"
         )
@@ -435,6 +477,10 @@ class Session:
             return
         frames = self.codec.feed(data, bool(self._inflight))
         if frames:
+            if self.traffic is not None:
+                for f in frames:
+                    kind = "reply" if f.kind is Kind.REPLY else "event"
+                    self.traffic("rx", kind, f.seq, f.status, f.data)
             self.counters.frames_rx += len(frames)
             self.link.activity(now)
             for frame in frames:
@@ -527,6 +573,8 @@ class Session:
         call.timer = self._loop.call_at(now + call.timeout, self._on_timeout, call)
         self.counters.frames_tx += 1
         self.link.activity(now)
+        if self.traffic is not None:
+            self.traffic("tx", "retry", call.seq, None, call.payload)
         if self._debug:
             log.debug("call_retry", client=call.owner, request_id=call.req_id, try_=call.tries)
         transport.write(call.frame)
@@ -573,11 +621,12 @@ class Session:
                 self.latency.observe(elapsed)
             else:
                 c.calls_failed += 1
-            load = self._owner_load.get(call.owner, 0) - 1
-            if load > 0:
-                self._owner_load[call.owner] = load
-            else:
-                self._owner_load.pop(call.owner, None)
+            if call.counted:
+                load = self._owner_load.get(call.owner, 0) - 1
+                if load > 0:
+                    self._owner_load[call.owner] = load
+                else:
+                    self._owner_load.pop(call.owner, None)
             if self._debug:
                 log.debug(
                     "call_done",

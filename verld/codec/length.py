@@ -1,0 +1,110 @@
+"""The `length` link codec: a 4-byte big-endian length, then that many bytes.
+
+This is the reference transport's framing. It has no seq, no CRC and no
+delimiter, so a receiver cannot resync inside the stream: a length above the
+limit means it is out of step, and the only cure is to reopen the link. The
+decoder then sets `desync` and decodes nothing more until `reset`.
+
+Without seqs, which frame answers a call is decided by timing: the session says
+whether a call is outstanding (`awaiting_reply`), and the first frame completed
+while one is, is its reply; every other frame is an event.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from verld.codec.base import Inbound, Kind
+
+__all__ = ["LengthCodec", "LengthDecoder", "encode"]
+
+_LENGTH = struct.Struct(">I")
+
+
+def encode(payload: bytes) -> bytes:
+    """One frame: the payload's length (u32 BE), then the payload."""
+    return _LENGTH.pack(len(payload)) + payload
+
+
+class LengthDecoder:
+    """Turns a byte stream into length-prefixed frames (used by both ends)."""
+
+    def __init__(self, max_length: int, *, limit_name: str | None = None) -> None:
+        #: set (to a reason) once a length above `max_length` arrives
+        self.desync: str | None = None
+        self._max_length = max_length
+        #: how `desync` names the limit (default: its value)
+        self._limit_name = str(max_length) if limit_name is None else limit_name
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Frames completed by `data`, in order; none once out of step."""
+        if self.desync is not None:
+            return []
+        buf = self._buf
+        buf += data
+        frames: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (length,) = _LENGTH.unpack_from(buf, pos)
+            if length > self._max_length:
+                self.desync = f"length {length} exceeds {self._limit_name}"
+                buf.clear()
+                return frames
+            if end - pos - 4 < length:
+                break
+            pos += 4
+            frames.append(bytes(buf[pos : pos + length]))
+            pos += length
+        del buf[:pos]
+        return frames
+
+    def reset(self) -> None:
+        """Forget partial input and any desync (the link was reopened)."""
+        self.desync = None
+        self._buf.clear()
+
+
+class LengthCodec:
+    """The daemon side of `length` (`LinkCodec`): one call outstanding at a time."""
+
+    pipelined = False
+
+    def __init__(self, max_payload: int) -> None:
+        #: events dropped for exceeding `max_payload` (the stream stays in step)
+        self.bad_frames = 0
+        #: set (to a reason) when the stream is out of step: the link must be reopened
+        self.desync: str | None = None
+        self._max_payload = max_payload
+        # a reply may carry max_payload data bytes after its status byte
+        self._decoder = LengthDecoder(max_payload + 1, limit_name="max_payload+1")
+
+    def encode_request(self, seq: int, payload: bytes) -> bytes:
+        """One frame carrying `payload` (no seq on this codec)."""
+        return encode(payload)
+
+    def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
+        """The reply (first frame, if one is awaited) and events decoded from `data`."""
+        if self.desync is not None:
+            return []
+        frames = self._decoder.feed(data)
+        self.desync = self._decoder.desync
+        messages = []
+        for frame in frames:
+            if awaiting_reply:
+                awaiting_reply = False
+                if not frame:
+                    self.desync = "empty reply"
+                    break
+                messages.append(Inbound(Kind.REPLY, None, frame[0], frame[1:]))
+            elif len(frame) > self._max_payload:
+                self.bad_frames += 1
+            else:
+                messages.append(Inbound(Kind.EVENT, None, None, frame))
+        return messages
+
+    def reset(self) -> None:
+        """Forget partial input and any desync (after a reconnect)."""
+        self.desync = None
+        self._decoder.reset()

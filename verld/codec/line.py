@@ -1,0 +1,164 @@
+"""The `line` link codec: text lines for SCPI, AT, NMEA, G-code, `println` devices.
+
+Strategy: `LineSplitter` cuts the byte stream at a terminator and knows nothing
+of text; `LineCodec` decodes each line and sorts it. A line matching `event` is
+always an event. While a call is outstanding, the other lines form its reply: the
+next line, or, with `end` set, every line up to and including the first one that
+matches `end`. Lines with no call outstanding are events. The patterns are tested
+with `re.search` (anchor them with `^...$` to match whole lines).
+
+Noise is bounded, not fatal: a line longer than the limit is dropped and
+counted, and so is a multi-line reply that outgrows it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from verld.codec.base import Inbound, Kind
+
+__all__ = ["LineCodec", "LineSplitter"]
+
+
+class LineSplitter:
+    """Turns a byte stream into lines, without their terminators.
+
+    With the terminator `\\n`, a `\\r` before it is stripped too (CRLF devices).
+    A line longer than `max_length` (terminators stripped) is dropped and counted
+    in `bad_frames`, whether it arrives whole or grows past the limit in pieces.
+    """
+
+    def __init__(self, terminator: bytes, max_length: int) -> None:
+        if not terminator:
+            raise ValueError("line: the terminator is empty")
+        #: lines dropped as overlong since creation (a monotonic counter)
+        self.bad_frames = 0
+        self._terminator = terminator
+        self._strip_cr = terminator == b"\n"
+        self._max_length = max_length
+        # An incomplete line may end in part of the terminator (or the `\r` of a
+        # CRLF): only past this length is it sure to end up overlong.
+        self._max_partial = max_length + len(terminator) - 1 + self._strip_cr
+        self._buf = bytearray()  #: bytes after the last terminator
+        self._skipping = False  #: the current line is overlong: discard it
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Lines completed by `data`, in order."""
+        buf = self._buf
+        term = self._terminator
+        # the buffer holds no terminator, but one may straddle the old end
+        start = max(0, len(buf) - len(term) + 1)
+        buf += data
+        lines = []
+        pos = 0
+        while (end := buf.find(term, start)) >= 0:
+            if self._skipping:
+                self._skipping = False
+            else:
+                line = bytes(buf[pos:end])
+                if self._strip_cr and line.endswith(b"\r"):
+                    line = line[:-1]
+                if len(line) > self._max_length:
+                    self.bad_frames += 1
+                else:
+                    lines.append(line)
+            pos = start = end + len(term)
+        del buf[:pos]
+        if not self._skipping and len(buf) > self._max_partial:
+            self.bad_frames += 1
+            self._skipping = True
+        if self._skipping:
+            del buf[: max(0, len(buf) - len(term) + 1)]  # keep what may start a terminator
+        return lines
+
+    def reset(self) -> None:
+        """Forget the incomplete line (after a reconnect or a guard period)."""
+        self._buf.clear()
+        self._skipping = False
+
+
+class LineCodec:
+    """The daemon side of `line` (`LinkCodec`): one call outstanding at a time."""
+
+    pipelined = False
+    desync: str | None = None  #: lines resync at the next terminator: never out of step
+
+    def __init__(
+        self,
+        max_payload: int,
+        terminator: str = "\n",
+        encoding: str = "utf-8",
+        end: str | None = None,
+        error: str | None = None,
+        event: str | None = None,
+    ) -> None:
+        #: overlong lines and replies dropped since creation, refreshed by every `feed`
+        self.bad_frames = 0
+        self._terminator = terminator.encode(encoding)
+        self._newline = "\n".encode(encoding)
+        self._encoding = encoding
+        self._max_payload = max_payload
+        self._splitter = LineSplitter(self._terminator, max_payload)
+        self._end = None if end is None else re.compile(end)
+        self._error = None if error is None else re.compile(error)
+        self._event = None if event is None else re.compile(event)
+        self._reply: list[str] = []  #: lines of a multi-line reply so far
+        self._reply_size = 0  #: their bytes, newlines included
+        self._overlong_replies = 0
+        self._overlong = False  #: the reply outgrew max_payload: discard it up to `end`
+
+    def encode_request(self, seq: int, payload: bytes) -> bytes:
+        """`payload` plus the terminator, unless it already ends with it (no seq here)."""
+        if payload.endswith(self._terminator):
+            return payload
+        return payload + self._terminator
+
+    def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
+        """The reply (if one is awaited and now complete) and events decoded from `data`."""
+        if not awaiting_reply:
+            self._drop_reply()  # the call it belonged to is over
+        messages = []
+        for raw in self._splitter.feed(data):
+            text = raw.decode(self._encoding, "replace")
+            if not awaiting_reply or (self._event is not None and self._event.search(text)):
+                messages.append(Inbound(Kind.EVENT, None, None, raw, text))
+                continue
+            reply = self._add_to_reply(raw, text)
+            if reply is not None:
+                messages.append(reply)
+                awaiting_reply = False  # one call outstanding: the rest are events
+        self.bad_frames = self._splitter.bad_frames + self._overlong_replies
+        return messages
+
+    def reset(self) -> None:
+        """Forget partial input and any partial reply."""
+        self._splitter.reset()
+        self._drop_reply()
+
+    def _add_to_reply(self, raw: bytes, text: str) -> Inbound | None:
+        """Take one line of the awaited reply; the reply once it is complete."""
+        done = self._end is None or self._end.search(text) is not None
+        if self._overlong:
+            self._overlong = not done
+            return None
+        self._reply.append(text)
+        self._reply_size += len(raw) + (len(self._newline) if len(self._reply) > 1 else 0)
+        if self._reply_size > self._max_payload:
+            self._overlong_replies += 1
+            self._drop_reply()
+            self._overlong = not done
+            return None
+        if not done:
+            return None
+        lines = self._reply
+        self._drop_reply()
+        error = self._error
+        failed = error is not None and any(error.search(line) for line in lines)
+        reply_text = "\n".join(lines)
+        data = reply_text.encode(self._encoding, "replace")
+        return Inbound(Kind.REPLY, None, 0xFF if failed else 0x00, data, reply_text)
+
+    def _drop_reply(self) -> None:
+        self._reply = []
+        self._reply_size = 0
+        self._overlong = False

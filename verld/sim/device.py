@@ -1,0 +1,354 @@
+"""The simulated device's behaviour, without I/O.
+
+Strategy: a `Device` takes bytes read from the link and the current time and
+returns `Timed` chunks — bytes to write no earlier than `due`. A per-codec
+*personality* (`VerlPersonality`, `LengthPersonality`, `LinePersonality`) splits
+the input into requests, runs each command and encodes the reply and events;
+the `Device` applies the faults (hang, drop, latency/jitter, garbage, corrupt)
+around that, so they behave the same on every codec. The I/O loop owns the
+clock, the write buffer and baud pacing.
+
+Replies on `verl` carry a seq, so each is scheduled on its own and a delayed
+call does not hold back a fast one. `length` and `line` have no seq: their
+replies go out in request order (a reply is never due before the previous one).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import NamedTuple, Protocol
+
+from verld.codec.length import LengthDecoder
+from verld.codec.length import encode as length_encode
+from verld.codec.line import LineSplitter
+from verld.codec.verl import FrameDecoder, encode_frame
+from verld.sim.faults import Counters, Faults
+
+IDENTITY = b"verld-sim 0.1.0"
+REQUEST, REPLY, EVENT = 0x11, 0x12, 0x13
+OK, FAILED, REJECTED = 0x00, 0xFF, 0xFE
+MAX_COUNT = 65535  #: most events / lines one command may ask for (u16 on the binary codecs)
+
+
+class Timed(NamedTuple):
+    """Bytes to write once the clock reaches `due`."""
+
+    due: float
+    data: bytes
+
+
+class Request(NamedTuple):
+    """One request as split from the input: its seq (verl only) and payload."""
+
+    seq: int
+    payload: bytes
+
+
+class Response(NamedTuple):
+    """What a command produces: wire chunks of the reply, then of its events."""
+
+    delay_ms: int
+    reply: list[bytes]
+    events: list[bytes]
+
+
+class Personality(Protocol):
+    """How one codec frames requests, runs commands and encodes answers."""
+
+    @property
+    def pipelined(self) -> bool:
+        """True when replies carry a seq and so may go out of request order."""
+        ...
+
+    @property
+    def bad_frames(self) -> int:
+        """Input dropped as noise."""
+        ...
+
+    @property
+    def oversize(self) -> int:
+        """Requests above max_payload."""
+        ...
+
+    def decode(self, data: bytes) -> list[Request]: ...
+    def respond(self, request: Request) -> Response: ...
+    def encode_event(self, payload: bytes) -> bytes: ...
+    def corrupt(self, chunk: bytes, rng: random.Random) -> bytes: ...
+    def reset(self) -> None: ...
+
+
+# --- the command set ---------------------------------------------------------
+
+
+def event_payload(index: int) -> bytes:
+    """The payload of event number `index` of an events command."""
+    return b"evt" + struct.pack(">I", index)
+
+
+def run_binary(payload: bytes) -> tuple[int, bytes, int, int]:
+    """Run one verl/length command: (status, data, delay ms, number of events)."""
+    if not payload:
+        return OK, b"", 0, 0
+    op, args = payload[0], payload[1:]
+    if op == 0x01:
+        return OK, args, 0, 0
+    if op == 0x02:
+        return OK, IDENTITY, 0, 0
+    if op == 0x03 and len(args) >= 2:
+        return OK, args[2:], int.from_bytes(args[:2], "big"), 0
+    if op == 0x04:
+        return FAILED, b"", 0, 0
+    if op == 0x05 and args:
+        return args[0], args[1:], 0, 0
+    if op == 0x06 and len(args) >= 2:
+        return OK, b"", 0, int.from_bytes(args[:2], "big")
+    if op in (0x03, 0x05, 0x06):
+        return REJECTED, b"bad arguments", 0, 0
+    return REJECTED, b"unknown command", 0, 0
+
+
+def run_line(line: str) -> tuple[list[str], int, int]:
+    """Run one text command: (reply lines, delay ms, number of events)."""
+    word, _, rest = line.partition(" ")
+    word = word.upper()
+    bare = not rest.strip()
+    if word == "PING" and bare:
+        return ["PONG"], 0, 0
+    if word == "ECHO":
+        return [rest], 0, 0
+    if word == "*IDN?" and bare:
+        return [IDENTITY.decode()], 0, 0
+    if word == "FAIL" and bare:
+        return ["ERROR failed"], 0, 0
+    if word in ("DELAY", "EVENTS", "MULTI"):
+        count_text, _, text = rest.partition(" ")
+        count = _parse_count(count_text)
+        if count is None or (word != "DELAY" and text):
+            return ["ERROR bad arguments"], 0, 0
+        if word == "DELAY":
+            return [text], count, 0
+        if word == "EVENTS":
+            return ["OK"], 0, count
+        return [f"LINE {i}" for i in range(count)] + ["OK"], 0, 0
+    return ["ERROR unknown command"], 0, 0
+
+
+def _parse_count(text: str) -> int | None:
+    if not text.isdigit() or int(text) > MAX_COUNT:
+        return None
+    return int(text)
+
+
+def _flip(chunk: bytes, candidates: list[int], rng: random.Random) -> bytes:
+    """Flip one byte at one of `candidates`, never turning it into 0x00."""
+    if not candidates:
+        return chunk
+    index = rng.choice(candidates)
+    old = chunk[index]
+    new = rng.choice([v for v in range(1, 256) if v != old])
+    return chunk[:index] + bytes([new]) + chunk[index + 1 :]
+
+
+# --- the personalities -------------------------------------------------------
+
+
+class VerlPersonality:
+    """COBS frames with seq and CRC; oversize requests are dropped and counted."""
+
+    pipelined = True
+
+    def __init__(self, max_payload: int) -> None:
+        self.max_payload = max_payload
+        self.oversize = 0
+        self._decoder = FrameDecoder(max_payload, frozenset({REQUEST}))
+
+    @property
+    def bad_frames(self) -> int:
+        return self._decoder.bad_frames
+
+    def decode(self, data: bytes) -> list[Request]:
+        requests = []
+        for frame in self._decoder.feed(data):
+            if len(frame.payload) > self.max_payload:
+                self.oversize += 1
+                continue
+            requests.append(Request(frame.seq, frame.payload))
+        return requests
+
+    def respond(self, request: Request) -> Response:
+        status, data, delay, count = run_binary(request.payload)
+        reply = encode_frame(REPLY, request.seq, bytes([status]) + data)
+        events = [self.encode_event(event_payload(i)) for i in range(count)]
+        return Response(delay, [reply], events)
+
+    def encode_event(self, payload: bytes) -> bytes:
+        return encode_frame(EVENT, 0, payload)
+
+    def corrupt(self, chunk: bytes, rng: random.Random) -> bytes:
+        # A flipped non-zero byte that stays non-zero keeps the framing: the CRC catches it.
+        return _flip(chunk, [i for i, b in enumerate(chunk) if b], rng)
+
+    def reset(self) -> None:
+        self._decoder.reset()
+
+
+class LengthPersonality:
+    """4-byte big-endian length prefix; oversize requests get status 0xFE."""
+
+    pipelined = False
+
+    def __init__(self, max_payload: int) -> None:
+        self.max_payload = max_payload
+        self.oversize = 0
+        self.bad_frames = 0
+        # Oversize but plausible lengths are read whole and rejected with 0xFE; a
+        # length beyond this is noise: the stream is dropped and read afresh.
+        self._decoder = LengthDecoder(2 * max_payload + 64)
+
+    def decode(self, data: bytes) -> list[Request]:
+        frames = self._decoder.feed(data)
+        if self._decoder.desync:
+            self.bad_frames += 1
+            self._decoder.reset()
+        return [Request(0, frame) for frame in frames]
+
+    def respond(self, request: Request) -> Response:
+        if len(request.payload) > self.max_payload:
+            self.oversize += 1
+            return Response(0, [length_encode(bytes([REJECTED]) + b"too large")], [])
+        status, data, delay, count = run_binary(request.payload)
+        events = [self.encode_event(event_payload(i)) for i in range(count)]
+        return Response(delay, [length_encode(bytes([status]) + data)], events)
+
+    def encode_event(self, payload: bytes) -> bytes:
+        return length_encode(payload)
+
+    def corrupt(self, chunk: bytes, rng: random.Random) -> bytes:
+        # Only the payload: a flipped length prefix would desync the stream instead.
+        return _flip(chunk, list(range(4, len(chunk))), rng)
+
+    def reset(self) -> None:
+        self._decoder.reset()
+
+
+class LinePersonality:
+    """Text lines (SCPI-like); replies end with `reply_terminator`."""
+
+    pipelined = False
+    oversize = 0
+
+    def __init__(self, max_payload: int, terminator: bytes, reply_terminator: bytes) -> None:
+        self.bad_frames = 0
+        self._terminator = reply_terminator
+        self._splitter = LineSplitter(terminator, max_payload)
+
+    def decode(self, data: bytes) -> list[Request]:
+        # Blank lines are ignored, as SCPI instruments do.
+        return [Request(0, line) for line in self._splitter.feed(data) if line.strip()]
+
+    def respond(self, request: Request) -> Response:
+        text = request.payload.decode("utf-8", errors="replace").lstrip()
+        lines, delay, count = run_line(text)
+        events = [self._encode(f"EVENT {i}") for i in range(count)]
+        return Response(delay, [self._encode(line) for line in lines], events)
+
+    def _encode(self, line: str) -> bytes:
+        return line.encode() + self._terminator
+
+    def encode_event(self, payload: bytes) -> bytes:
+        return payload + self._terminator
+
+    def corrupt(self, chunk: bytes, rng: random.Random) -> bytes:
+        # Not the terminator, so the reply is still one line, with wrong text.
+        end = len(chunk) - len(self._terminator)
+        return _flip(chunk, [i for i in range(end) if chunk[i] not in b"\r\n"], rng)
+
+    def reset(self) -> None:
+        self._splitter.reset()
+
+
+# --- the device --------------------------------------------------------------
+
+
+class Device:
+    """Requests in, timed answers out, with the faults applied."""
+
+    def __init__(
+        self, personality: Personality, faults: Faults, counters: Counters, rng: random.Random
+    ) -> None:
+        self.personality = personality
+        self.faults = faults
+        self.counters = counters
+        self.rng = rng
+        self._last_due = 0.0
+
+    def feed(self, data: bytes, now: float) -> list[Timed]:
+        """Handle bytes read from the link; return what to write and when."""
+        out = []
+        for request in self.personality.decode(data):
+            timed = self._answer(request, now)
+            if timed is not None:
+                out.append(timed)
+        self.counters.oversize = self.personality.oversize
+        return out
+
+    def _answer(self, request: Request, now: float) -> Timed | None:
+        self.counters.requests += 1
+        if self.faults.hang:
+            self.counters.ignored += 1
+            return None
+        response = self.personality.respond(request)
+        if self._chance(self.faults.drop):
+            self.counters.dropped += 1
+            return None
+        due = now + response.delay_ms / 1000.0 + self.faults.reply_delay(self.rng)
+        if not self.personality.pipelined:
+            due = self._last_due = max(due, self._last_due)
+        chunks = []
+        if self._chance(self.faults.garbage):
+            chunks.append(self.garbage())
+        reply = list(response.reply)
+        if self._chance(self.faults.corrupt):
+            at = self.rng.randrange(len(reply))
+            flipped = self.personality.corrupt(reply[at], self.rng)
+            self.counters.corrupted += flipped != reply[at]
+            reply[at] = flipped
+        self.counters.replies += 1
+        self.counters.events += len(response.events)
+        return Timed(due, b"".join(chunks + reply + response.events))
+
+    def event(self, payload: bytes) -> bytes:
+        """Encode one event to send now (control socket `event HEX`)."""
+        self.counters.events += 1
+        return self.personality.encode_event(payload)
+
+    def garbage(self, size: int = 0) -> bytes:
+        """A burst of random bytes: `size` of them, or 1..64 when size is 0."""
+        self.counters.garbage_bursts += 1
+        return self.rng.randbytes(size or self.rng.randint(1, 64))
+
+    def reset(self) -> None:
+        """Forget partial input and reply ordering (after an unplug or a new connection)."""
+        self.personality.reset()
+        self._last_due = 0.0
+
+    def status(self) -> dict[str, int]:
+        """Counters, codec ones included."""
+        return self.counters.as_dict() | {"bad_frames": self.personality.bad_frames}
+
+    def _chance(self, probability: float) -> bool:
+        return probability > 0 and self.rng.random() < probability
+
+
+def make_personality(
+    codec: str, max_payload: int, terminator: bytes = b"\n", crlf: bool = False
+) -> Personality:
+    """The personality for a codec name."""
+    if codec == "verl":
+        return VerlPersonality(max_payload)
+    if codec == "length":
+        return LengthPersonality(max_payload)
+    if codec == "line":
+        return LinePersonality(max_payload, terminator, b"\r\n" if crlf else terminator)
+    raise ValueError(f"unknown codec {codec!r}")
