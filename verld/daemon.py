@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from verld import __version__, logs, systemd
+from verld import __version__, httpmetrics, logs, systemd
 from verld.config import Config, changed_keys, default_config, load_config
 from verld.errors import ConfigError
 from verld.link import Transition
@@ -178,6 +178,16 @@ async def serve(cfg: Config, config_path: str | None) -> int:
         if d.sim is not None:
             await d.sim.stop()
         return 1
+    http = None
+    if cfg.metrics.listen:
+        try:
+            http = await httpmetrics.serve(cfg.metrics.listen, server.metrics_text)
+        except OSError as exc:
+            log.error("metrics_http_failed", listen=cfg.metrics.listen, error=str(exc))
+            await server.close()
+            if d.sim is not None:
+                await d.sim.stop()
+            return 1
     where = "socket activation" if listen is not None else cfg.api.socket
     log.info("ready", socket=where)
     systemd.notify("READY=1")
@@ -196,6 +206,8 @@ async def serve(cfg: Config, config_path: str | None) -> int:
     if watchdog is not None:
         watchdog.cancel()
     await server.stop_accepting()
+    if http is not None:
+        http.close()
     await session.close(d.cfg.api.drain)
     await server.close()
     for task in (runner, stopper):

@@ -28,6 +28,7 @@ from verld import API_VERSION, __version__, wire
 from verld.config import Config
 from verld.link import Transition
 from verld.logs import RING, Record
+from verld.metrics import prometheus_text
 from verld.roles import ROLE_RANK, role_for
 from verld.session import Call, CallResult, Session
 
@@ -485,37 +486,7 @@ class ApiServer:
         return st
 
     def metrics_text(self) -> str:
-        st = self.session.status()
-        c = st["counters"]
-        lines = [
-            "# HELP verld_calls_total Calls answered, by outcome.",
-            "# TYPE verld_calls_total counter",
-            f'verld_calls_total{{outcome="ok"}} {c["calls_ok"]}',
-            f'verld_calls_total{{outcome="error"}} {c["calls_failed"]}',
-        ]
-        for name in ("timeouts", "retries", "stale", "bad_frames", "reconnects", "pings", "events"):
-            lines += [f"# TYPE verld_{name}_total counter", f"verld_{name}_total {c[name]}"]
-        for name in ("bytes", "frames"):
-            lines.append(f"# TYPE verld_{name}_total counter")
-            lines.append(f'verld_{name}_total{{dir="tx"}} {c[name + "_tx"]}')
-            lines.append(f'verld_{name}_total{{dir="rx"}} {c[name + "_rx"]}')
-        up = 1 if st["link"]["state"] == "up" else 0
-        lines += [
-            "# TYPE verld_link_up gauge",
-            f"verld_link_up {up}",
-            "# TYPE verld_link_generation gauge",
-            f"verld_link_generation {st['link']['generation']}",
-            "# TYPE verld_clients gauge",
-            f"verld_clients {len(self.clients)}",
-            "# TYPE verld_queue_depth gauge",
-            f"verld_queue_depth {st['queue']}",
-            "# TYPE verld_events_dropped_total counter",
-            f"verld_events_dropped_total {self.events_dropped}",
-            "# HELP verld_call_latency_seconds Call latency from receipt to reply.",
-            "# TYPE verld_call_latency_seconds histogram",
-        ]
-        lines.extend(self.session.latency.prometheus("verld_call_latency_seconds"))
-        return "\n".join(lines) + "\n"
+        return prometheus_text(self.status(), self.session.latency)
 
     # --- fan-out ----------------------------------------------------------------------------------
     def broadcast(self, topic: str, obj: dict[str, Any]) -> None:

@@ -158,6 +158,10 @@ class Session:
         self.window = cfg.device.window if codec.pipelined else 1
         self.ping_payload = ping_payload(cfg)
         self.counters = Counters()
+        #: failed calls by error code
+        self.errors: dict[str, int] = {}
+        #: link sessions ended because the stream was out of step (length codec)
+        self.desyncs = 0
         self.latency = Histogram()
         self._transport: FdTransport | None = None
         self._inflight: dict[int, Call] = {}
@@ -321,6 +325,11 @@ class Session:
             "latency_ms": self.latency.summary_ms(),
             "queue": self._waiting,
             "inflight": len(self._inflight),
+            "errors": dict(self.errors),
+            "desyncs": self.desyncs,
+            "link_up_seconds": round(self._loop.time() - link.since, 3)
+            if link.state is LinkState.UP
+            else 0.0,
         }
 
     # --- connecting ---------------------------------------------------------------
@@ -490,6 +499,7 @@ class Session:
                     self.counters.events += 1
                     self._on_event(frame.data, frame.text, self.link.generation)
         if self.codec.desync is not None:
+            self.desyncs += 1
             self._lose(f"stream out of step: {self.codec.desync}")
 
     def _on_reply(self, frame: Inbound, now: float) -> None:
@@ -621,6 +631,7 @@ class Session:
                 self.latency.observe(elapsed)
             else:
                 c.calls_failed += 1
+                self.errors[error] = self.errors.get(error, 0) + 1
             if call.counted:
                 load = self._owner_load.get(call.owner, 0) - 1
                 if load > 0:
