@@ -38,12 +38,12 @@ class SimProc:
     def __init__(self, tmp: Path, *args: str, codec: str = "verl") -> None:
         self.link = str(tmp / "dev.tty")
         self.control_path = str(tmp / "sim.ctl")
+        where = [] if "--tcp" in args else ["--link", self.link]
         cmd = [
             sys.executable,
             "-m",
             "verld.sim",
-            "--link",
-            self.link,
+            *where,
             "--codec",
             codec,
             "--control",
@@ -53,6 +53,7 @@ class SimProc:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
+        self.ready = line.decode().strip()  # "READY <link>" or "READY tcp://127.0.0.1:PORT"
         if not line.startswith(b"READY"):
             self.stop()
             raise AssertionError(f"verld-sim did not start: {line!r}")

@@ -295,3 +295,23 @@ class TestOtherCodecs:
         finally:
             d.stop()
             sim.stop()
+
+    def test_length_over_tcp_reconnects_after_a_timeout(self, tmp_path: Path) -> None:
+        """length on TCP: a timed-out try drops the connection, so its late reply goes nowhere."""
+        sim = SimProc(tmp_path, "--tcp", "0", codec="length")
+        try:
+            target = sim.ready.split()[1]
+            d = DaemonProc(write_config(tmp_path, target, {"device": {"codec": "length"}}))
+            try:
+                c = d.client()
+                with pytest.raises(ClientError) as info:
+                    c.call(b"\x03" + struct.pack(">H", 400) + b"late", timeout=0.2, retry=0)
+                assert info.value.code == "timeout"
+                d.wait_state("up", min_generation=2)
+                assert c.call(b"\x01mine", wait=True).data == b"mine"
+                retried = c.call(b"\x03" + struct.pack(">H", 50) + b"ok", timeout=2, retry=2)
+                assert retried.data == b"ok"
+            finally:
+                d.stop()
+        finally:
+            sim.stop()

@@ -139,7 +139,7 @@ class Daemon:
         link.initial, link.maximum = new.reconnect.initial, new.reconnect.max
         if any(k.startswith(_DEVICE_KEYS) for k in changed):
             if new.device.port != old.device.port and self.sim is None:
-                self.session.port = new.device.port
+                self.session.set_port(new.device.port)
             self.session.codec = make_codec(new)
             self.session.window = new.device.window if self.session.codec.pipelined else 1
             self.session.request_reconnect("device settings changed by reload")

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import structlog
 
 from verld.codec.base import Inbound, Kind, LinkCodec
-from verld.config import Config
+from verld.config import Config, tcp_target
 from verld.link import Link, LinkState, Transition
 from verld.metrics import Histogram
 from verld.transport import FdTransport, OpenError, open_link
@@ -157,6 +157,7 @@ class Session:
         )
         self.window = cfg.device.window if codec.pipelined else 1
         self.ping_payload = ping_payload(cfg)
+        self._tcp = tcp_target(port) is not None
         self.counters = Counters()
         #: failed calls by error code
         self.errors: dict[str, int] = {}
@@ -196,6 +197,11 @@ class Session:
     def set_debug(self, enabled: bool) -> None:
         """Per-call DEBUG lines cost even when filtered: build them only when wanted."""
         self._debug = enabled
+
+    def set_port(self, port: str) -> None:
+        """Use another device (a reload changed device.port); takes effect on reconnect."""
+        self.port = port
+        self._tcp = tcp_target(port) is not None
 
     def set_wire_tap(self, tap: WireTap | None) -> None:
         """Raw bytes each way to `tap` (None: off; costs nothing then)."""
@@ -426,7 +432,7 @@ class Session:
             seq = self._alloc_seq()
             call.seq = seq
             call.frame = frame = self.codec.encode_request(seq, call.payload)
-            call.tries = 1
+            call.tries += 1
             self._inflight[seq] = call
             call.timer = call_at(now + call.timeout, on_timeout, call)
             frames.append(frame)
@@ -565,12 +571,34 @@ class Session:
         if self.codec.pipelined:
             if retry:
                 self._resend(call)
+        elif self._tcp:
+            # Without seqs a late reply would pass for the next call's: on TCP, drop the
+            # connection so it goes nowhere, and send the retry on the new one.
+            if retry:
+                self._requeue_first(call)
+            self._lose("no answer on a tcp link without seqs: reconnecting")
+            return
         else:
             self._start_guard(call if retry else None)
         if call.is_ping:
             self._arm_heartbeat()
         elif not retry:
             self._pump()
+
+    def _requeue_first(self, call: Call) -> None:
+        """Put a call to be retried at the head of the queue; it waits for the link."""
+        self.counters.retries += 1
+        call.wait = True
+        owner = call.owner
+        queue = self._queues.get(owner)
+        if queue is None:
+            queue = self._queues[owner] = deque()
+        else:
+            self._rr.remove(owner)
+        self._rr.appendleft(owner)
+        queue.appendleft(call)
+        call.queued = True
+        self._waiting += 1
 
     def _resend(self, call: Call) -> None:
         """A retry: the same bytes with the same seq, so a device may answer from a cache."""
