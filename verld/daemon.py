@@ -14,7 +14,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -103,6 +103,7 @@ class Daemon:
     session: Session | None = None
     server: ApiServer | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    socket_override: str | None = None  #: --socket, kept across reloads
 
     def port(self) -> str:
         return self.sim.link if self.sim is not None else self.cfg.device.port
@@ -125,7 +126,7 @@ class Daemon:
         """Re-read the config and apply it; raises ConfigError and keeps the old one."""
         if self.config_path is None:
             raise ConfigError("verld was started without --config: nothing to re-read")
-        new = load_config(self.config_path)
+        new = with_socket(load_config(self.config_path), self.socket_override)
         assert self.session is not None and self.server is not None
         changed = changed_keys(self.cfg, new)
         if any(k.startswith("api.socket") for k in changed):
@@ -133,10 +134,8 @@ class Daemon:
         old, self.cfg = self.cfg, new
         logs.setup(new.log.level, new.log.format)
         self.session.set_debug(logs.level_enabled(new.log.level))
-        self.session.cfg = self.server.cfg = new
-        link = self.session.link
-        link.interval, link.misses = new.heartbeat.interval, new.heartbeat.misses
-        link.initial, link.maximum = new.reconnect.initial, new.reconnect.max
+        self.session.reconfigure(new)
+        self.server.cfg = new
         if any(k.startswith(_DEVICE_KEYS) for k in changed):
             if new.device.port != old.device.port and self.sim is None:
                 self.session.set_port(new.device.port)
@@ -147,10 +146,10 @@ class Daemon:
         return changed
 
 
-async def serve(cfg: Config, config_path: str | None) -> int:
+async def serve(cfg: Config, config_path: str | None, socket_override: str | None = None) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code."""
     loop = asyncio.get_running_loop()
-    d = Daemon(cfg, config_path)
+    d = Daemon(cfg, config_path, socket_override=socket_override)
     log.info("starting", version=__version__, port=cfg.device.port, codec=cfg.device.codec)
     try:
         listen = systemd.listen_socket()
@@ -195,7 +194,7 @@ async def serve(cfg: Config, config_path: str | None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, d.stopping.set)
     loop.add_signal_handler(signal.SIGHUP, lambda: _reload_on_signal(d))
-    watchdog = _start_watchdog(loop)
+    stop_watchdog = systemd.start_watchdog(loop)
     runner = asyncio.create_task(session.run(), name="session")
     stopper = asyncio.create_task(d.stopping.wait(), name="stop")
     await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -203,8 +202,8 @@ async def serve(cfg: Config, config_path: str | None) -> int:
         log.error("session_crashed", error=repr(runner.exception()))
     log.info("stopping", drain=cfg.api.drain)
     systemd.notify("STOPPING=1")
-    if watchdog is not None:
-        watchdog.cancel()
+    if stop_watchdog is not None:
+        stop_watchdog()
     await server.stop_accepting()
     if http is not None:
         http.close()
@@ -221,25 +220,19 @@ async def serve(cfg: Config, config_path: str | None) -> int:
 
 
 def _reload_on_signal(d: Daemon) -> None:
+    systemd.reloading()
     try:
         d.reload()
     except ConfigError as exc:
         log.error("reload_failed", error=str(exc), kept="running config")
+    finally:
+        systemd.notify("READY=1")
+        d.status_line()
 
 
-def _start_watchdog(loop: asyncio.AbstractEventLoop) -> asyncio.TimerHandle | None:
-    interval = systemd.watchdog_interval()
-    if interval is None:
-        return None
-    handle: asyncio.TimerHandle | None = None
-
-    def ping() -> None:
-        nonlocal handle
-        systemd.notify("WATCHDOG=1")
-        handle = loop.call_later(interval, ping)
-
-    ping()
-    return handle
+def with_socket(cfg: Config, path: str | None) -> Config:
+    """`cfg` serving the API on `path` instead of api.socket (--socket)."""
+    return cfg if path is None else replace(cfg, api=replace(cfg.api, socket=path))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -255,6 +248,11 @@ def _parser() -> argparse.ArgumentParser:
         "--config", "-c", metavar="FILE", help="YAML config (default: built-in defaults)"
     )
     p.add_argument("--check-config", metavar="FILE", help="validate FILE and exit 0 (ok) or 2")
+    p.add_argument(
+        "--socket",
+        metavar="PATH",
+        help="serve the API on PATH instead of the config's api.socket (verld@.service)",
+    )
     p.add_argument("--version", action="version", version=f"verld {__version__}")
     return p
 
@@ -271,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = load_config(args.config) if args.config else default_config()
+        cfg = with_socket(cfg, args.socket)
     except ConfigError as exc:
         print(f"verld: invalid config:\n{exc}", file=sys.stderr)
         return 2
@@ -283,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     try:
-        return asyncio.run(serve(cfg, args.config))
+        return asyncio.run(serve(cfg, args.config, args.socket))
     except KeyboardInterrupt:
         return 0
 

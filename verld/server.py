@@ -25,12 +25,13 @@ from typing import Any
 import structlog
 
 from verld import API_VERSION, __version__, wire
+from verld.calls import Call, CallResult
 from verld.config import Config
 from verld.link import Transition
 from verld.logs import RING, Record
 from verld.metrics import prometheus_text
 from verld.roles import ROLE_RANK, role_for
-from verld.session import Call, CallResult, Session
+from verld.session import Session
 
 log = structlog.get_logger("verld.server")
 

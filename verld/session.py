@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Any, NamedTuple
+from typing import Any
 
 import structlog
 
+from verld.calls import Call, CallResult, FairQueue
 from verld.codec.base import Inbound, Kind, LinkCodec
 from verld.config import Config, tcp_target
 from verld.link import Link, LinkState, Transition
@@ -31,68 +31,6 @@ from verld.transport import FdTransport, OpenError, open_link
 log = structlog.get_logger("verld.session")
 
 _SEQ_MOD = 65536
-
-
-class CallResult(NamedTuple):
-    """How one call ended. `error` is None on success (status 0x00 or otherwise)."""
-
-    error: str | None
-    message: str
-    status: int | None
-    data: bytes
-    text: str | None
-    ms: float
-    generation: int
-
-
-class Call:
-    """One call (or an internal ping) on its way through the session."""
-
-    __slots__ = (
-        "counted",
-        "done",
-        "frame",
-        "is_ping",
-        "owner",
-        "payload",
-        "queued",
-        "req_id",
-        "retry",
-        "seq",
-        "t_submit",
-        "timeout",
-        "timer",
-        "tries",
-        "wait",
-    )
-
-    def __init__(
-        self,
-        owner: Hashable | None,
-        payload: bytes,
-        done: Callable[[CallResult], None],
-        *,
-        timeout: float,
-        retry: int,
-        wait: bool = False,
-        req_id: object = None,
-        is_ping: bool = False,
-    ) -> None:
-        self.owner = owner
-        self.payload = payload
-        self.done = done
-        self.timeout = timeout
-        self.retry = retry
-        self.wait = wait
-        self.req_id = req_id
-        self.is_ping = is_ping
-        self.seq = -1
-        self.frame = b""
-        self.tries = 0
-        self.timer: asyncio.TimerHandle | None = None
-        self.t_submit = 0.0
-        self.queued = False
-        self.counted = False  # holds one unit of its owner's `client_queue` share
 
 
 class Counters:
@@ -166,10 +104,7 @@ class Session:
         self.latency = Histogram()
         self._transport: FdTransport | None = None
         self._inflight: dict[int, Call] = {}
-        self._queues: dict[Hashable, deque[Call]] = {}
-        self._rr: deque[Hashable] = deque()
-        self._owner_load: dict[Hashable, int] = {}
-        self._waiting = 0
+        self.queue = FairQueue(cfg.api.queue_limit, cfg.api.client_queue)
         self._next_seq = 0
         self._guard_until: float | None = None
         self._guard_timer: asyncio.TimerHandle | None = None
@@ -180,8 +115,6 @@ class Session:
         self._bytes_prev = (0, 0)
         self._debug = False
         self.started = time.time()
-        #: set while a client holds a lease: only its calls reach the device
-        self.exclusive: Hashable | None = None
         self.traffic: TrafficTap | None = None
         self._wire: WireTap | None = None
 
@@ -191,8 +124,19 @@ class Session:
         return self.link.state
 
     @property
-    def queued(self) -> int:
-        return self._waiting
+    def exclusive(self) -> Hashable | None:
+        """The lease holder: while set, only its calls reach the device."""
+        return self.queue.exclusive
+
+    def reconfigure(self, cfg: Config) -> None:
+        """Apply a reloaded config's live settings (timeouts, heartbeat, limits)."""
+        self.cfg = cfg
+        self.queue.limit, self.queue.share = cfg.api.queue_limit, cfg.api.client_queue
+        link, hb, rc = self.link, cfg.heartbeat, cfg.reconnect
+        link.interval, link.misses = hb.interval, hb.misses
+        link.initial, link.maximum = rc.initial, rc.max
+        self.ping_payload = ping_payload(cfg)
+        self._arm_heartbeat()
 
     def set_debug(self, enabled: bool) -> None:
         """Per-call DEBUG lines cost even when filtered: build them only when wanted."""
@@ -211,7 +155,7 @@ class Session:
 
     def set_exclusive(self, owner: Hashable | None) -> None:
         """Give the device to one owner (a lease), or back to everyone (None)."""
-        self.exclusive = owner
+        self.queue.exclusive = owner
         self._pump()
 
     def submit(self, call: Call) -> None:
@@ -227,50 +171,28 @@ class Session:
         if self.link.state is not LinkState.UP and not call.wait:
             self._finish(call, "link_down", f"link is {self.link.state.value}: {self.link.reason}")
             return
-        excl = self.exclusive
+        excl = self.queue.exclusive
         if excl is not None and call.owner is not excl and not call.wait:
             self._finish(call, "busy", "the device is leased to another client")
             return
-        if self._waiting >= self.cfg.api.queue_limit:
-            self._finish(call, "busy", "the call queue is full")
+        refused = self.queue.admit(call)
+        if refused is not None:
+            self._finish(call, "busy", refused)
             return
-        owner = call.owner
-        load = self._owner_load.get(owner, 0)
-        if load >= self.cfg.api.client_queue:
-            self._finish(call, "busy", "this client has too many calls waiting or in flight")
-            return
-        self._owner_load[owner] = load + 1
-        call.counted = True
-        queue = self._queues.get(owner)
-        if queue is None:
-            queue = self._queues[owner] = deque()
-            self._rr.append(owner)
-        queue.append(call)
-        call.queued = True
-        self._waiting += 1
+        self.queue.push(call)
         if self._debug:
-            log.debug("call_queued", client=owner, request_id=call.req_id, queue=self._waiting)
-        if self.link.state is LinkState.UP and (excl is None or owner is excl):
+            log.debug("call_queued", client=call.owner, request_id=call.req_id,
+                      queue=len(self.queue))  # fmt: skip
+        if self.link.state is LinkState.UP and (excl is None or call.owner is excl):
             self._pump()
         else:
             call.timer = self._loop.call_at(now + call.timeout, self._wait_expired, call)
 
     def forget_owner(self, owner: Hashable) -> None:
         """A client went away: its queued calls are dropped unsent, in-flight ones run out."""
-        queue = self._queues.pop(owner, None)
-        if queue is None:
-            return
-        self._rr.remove(owner)
-        for call in queue:
-            call.queued = False
+        for call in self.queue.drop_owner(owner):
             if call.timer is not None:
                 call.timer.cancel()
-        self._waiting -= len(queue)
-        left = self._owner_load.get(owner, 0) - len(queue)
-        if left > 0:
-            self._owner_load[owner] = left
-        else:
-            self._owner_load.pop(owner, None)
 
     def request_reconnect(self, reason: str = "reconnect requested") -> None:
         """Drop the link now and reopen it (the admin `reconnect` op)."""
@@ -329,7 +251,7 @@ class Session:
             },
             "counters": c,
             "latency_ms": self.latency.summary_ms(),
-            "queue": self._waiting,
+            "queue": len(self.queue),
             "inflight": len(self._inflight),
             "errors": dict(self.errors),
             "desyncs": self.desyncs,
@@ -380,7 +302,7 @@ class Session:
 
     # --- the queue ----------------------------------------------------------------
     def _pump(self) -> None:
-        """Move calls from the queues onto the link while the window has room."""
+        """Move calls from the queue onto the link while the window has room."""
         if (
             self.link.state is not LinkState.UP
             or self._guard_until is not None
@@ -388,29 +310,13 @@ class Session:
         ):
             return
         room = self.window - len(self._inflight)
-        if room <= 0 or not self._rr:
+        if room <= 0 or not self.queue.ready():
             return
-        batch: list[Call] = []
-        rr, queues = self._rr, self._queues
-        if self.exclusive is not None:
-            rr = deque([self.exclusive] if self.exclusive in queues else ())
-        while room > 0 and rr:
-            owner = rr.popleft()
-            queue = queues[owner]
-            call = queue.popleft()
-            if queue:
-                rr.append(owner)
-            else:
-                del queues[owner]
-                if rr is not self._rr:
-                    self._rr.remove(owner)
-            call.queued = False
+        batch = self.queue.take(room)
+        for call in batch:
             if call.timer is not None:
                 call.timer.cancel()
-            batch.append(call)
-            room -= 1
         if batch:
-            self._waiting -= len(batch)
             self._send(batch)
 
     def _alloc_seq(self) -> int:
@@ -452,35 +358,25 @@ class Session:
         """A call that asked to wait for the link waited its whole timeout."""
         if not call.queued:
             return
-        self._unqueue(call)
-        if self.link.state is LinkState.UP and self.exclusive is not None:
+        self.queue.remove(call)
+        if self.link.state is LinkState.UP and self.queue.exclusive is not None:
             self._finish(call, "busy", f"the device stayed leased for {call.timeout:g} s")
             return
         self._finish(
             call, "link_down", f"link still {self.link.state.value} after {call.timeout:g} s"
         )
 
-    def _unqueue(self, call: Call) -> None:
-        queue = self._queues[call.owner]
-        queue.remove(call)
-        call.queued = False
-        self._waiting -= 1
-        if not queue:
-            del self._queues[call.owner]
-            self._rr.remove(call.owner)
-
     def _fail_queued(self, code: str, message: str, *, everyone: bool) -> None:
         """Fail queued calls (all of them, or those that did not ask to wait)."""
-        for owner in list(self._queues):
-            for call in list(self._queues.get(owner, ())):
-                if everyone or not call.wait:
-                    self._unqueue(call)
-                    if call.timer is not None:
-                        call.timer.cancel()
-                    self._finish(call, code, message)
-                elif call.timer is None or call.timer.cancelled():
-                    now = self._loop.time()
-                    call.timer = self._loop.call_at(now + call.timeout, self._wait_expired, call)
+        now = self._loop.time()
+        for call in self.queue:
+            if everyone or not call.wait:
+                self.queue.remove(call)
+                if call.timer is not None:
+                    call.timer.cancel()
+                self._finish(call, code, message)
+            elif call.timer is None or call.timer.cancelled():
+                call.timer = self._loop.call_at(now + call.timeout, self._wait_expired, call)
 
     # --- replies, timeouts, retries --------------------------------------------------
     def link_data(self, data: bytes) -> None:
@@ -549,7 +445,7 @@ class Session:
             )
         if call.is_ping:
             self._arm_heartbeat()
-        if self._rr:
+        if self.queue.ready():
             self._pump()
 
     def _on_timeout(self, call: Call) -> None:
@@ -589,16 +485,7 @@ class Session:
         """Put a call to be retried at the head of the queue; it waits for the link."""
         self.counters.retries += 1
         call.wait = True
-        owner = call.owner
-        queue = self._queues.get(owner)
-        if queue is None:
-            queue = self._queues[owner] = deque()
-        else:
-            self._rr.remove(owner)
-        self._rr.appendleft(owner)
-        queue.appendleft(call)
-        call.queued = True
-        self._waiting += 1
+        self.queue.push(call, front=True)
 
     def _resend(self, call: Call) -> None:
         """A retry: the same bytes with the same seq, so a device may answer from a cache."""
@@ -660,12 +547,7 @@ class Session:
             else:
                 c.calls_failed += 1
                 self.errors[error] = self.errors.get(error, 0) + 1
-            if call.counted:
-                load = self._owner_load.get(call.owner, 0) - 1
-                if load > 0:
-                    self._owner_load[call.owner] = load
-                else:
-                    self._owner_load.pop(call.owner, None)
+            self.queue.release(call)
             if self._debug:
                 log.debug(
                     "call_done",
@@ -697,7 +579,7 @@ class Session:
         if now < due - 0.001:
             self._hb_timer = self._loop.call_at(due, self._heartbeat)
             return
-        if self._inflight or self._rr or self._guard_until is not None:
+        if self._inflight or self.queue.ready() or self._guard_until is not None:
             # Not idle: the calls on the link prove (or disprove) liveness themselves.
             self._hb_timer = self._loop.call_at(now + self.link.interval, self._heartbeat)
             return
