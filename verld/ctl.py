@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from verld import journal
 from verld.client import Client, ClientError, Reply, Unreachable, default_socket
 from verld.config import load_config
 from verld.errors import ConfigError
@@ -85,7 +86,7 @@ def render_status(st: dict[str, Any]) -> str:
     rows = [
         ("link", f"{link['state']} ({link['reason']})"),
         ("generation", str(link["generation"])),
-        ("port", f"{link['port']}  codec {link['codec']}"),
+        ("port", f"{link['port']}  codec {link['codec']}  {link.get('settings', '')}".rstrip()),
         ("since", _fmt_since(link.get("since", 0))),
         ("uptime", f"{st['uptime']:.0f} s"),
         ("clients", str(st["clients"])),
@@ -277,7 +278,7 @@ def cmd_monitor(c: Client, args: argparse.Namespace) -> int:
     return _stream(c, args, ["wire"] if args.raw else ["traffic"], render_traffic)
 
 
-def cmd_logs(c: Client, args: argparse.Namespace) -> int:
+def _level_filter(args: argparse.Namespace) -> Callable[[dict[str, Any]], bool]:
     order = ["debug", "info", "warning", "error", "critical"]
     floor = order.index(args.level.lower()) if args.level else 0
 
@@ -285,6 +286,13 @@ def cmd_logs(c: Client, args: argparse.Namespace) -> int:
         lvl = str(rec.get("level", "info")).lower()
         return (order.index(lvl) if lvl in order else 1) >= floor
 
+    return keep
+
+
+def cmd_logs(c: Client, args: argparse.Namespace) -> int:
+    if args.unit or args.match:
+        raise Usage("-u/--unit and FIELD=VALUE matches read the journal: add --journal")
+    keep = _level_filter(args)
     records = [r for r in c.request("logs", lines=args.lines)["records"] if keep(r)]
     for rec in records:
         _out(args, render_record(rec), rec)
@@ -295,6 +303,23 @@ def cmd_logs(c: Client, args: argparse.Namespace) -> int:
             rec = ev.get("record")
             if ev.get("event") == "log" and isinstance(rec, dict) and keep(rec):
                 _out(args, render_record(rec), rec)
+    return 0
+
+
+def cmd_logs_journal(args: argparse.Namespace) -> int:
+    """`logs --journal`: verld's records read back from the systemd journal."""
+    try:
+        matches = journal.matches_for(args.unit, args.match)
+    except ValueError as exc:
+        raise Usage(str(exc)) from None
+    keep = _level_filter(args)
+    try:
+        for rec in journal.read(matches, args.lines, args.follow):
+            if keep(rec):
+                _out(args, render_record(rec), rec)
+    except journal.JournalUnavailable as exc:
+        print(f"verlctl: {exc}", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -355,6 +380,13 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("-n", "--lines", type=int, default=100)
     pl.add_argument("-f", "--follow", action="store_true")
     pl.add_argument("--level", choices=["debug", "info", "warning", "error"], default=None)
+    pl.add_argument(
+        "--journal", action="store_true", help="read the systemd journal, not the daemon"
+    )
+    pl.add_argument("-u", "--unit", help="with --journal: this unit's entries (e.g. verld@bench1)")
+    pl.add_argument(
+        "match", nargs="*", metavar="FIELD=VALUE", help="with --journal: e.g. LINK_STATE=down"
+    )
     sub.add_parser("metrics", parents=[common], help="Prometheus text exposition")
     sub.add_parser("reconnect", parents=[common], help="drop and reopen the device link (admin)")
     sub.add_parser("reload", parents=[common], help="re-read the daemon's config (admin)")
@@ -401,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     args.json = getattr(args, "json", False)
     signal.signal(signal.SIGTERM, _stop)
     try:
+        if args.command == "logs" and args.journal:
+            return cmd_logs_journal(args)
         path = _socket_path(args)
         with Client(path, timeout=60.0) as c:
             return COMMANDS[args.command](c, args)

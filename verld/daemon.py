@@ -135,6 +135,7 @@ class Daemon:
         logs.setup(new.log.level, new.log.format)
         self.session.set_debug(logs.level_enabled(new.log.level))
         self.session.reconfigure(new)
+        self.server.debug = logs.level_enabled(new.log.level)
         self.server.cfg = new
         if any(k.startswith(_DEVICE_KEYS) for k in changed):
             if new.device.port != old.device.port and self.sim is None:
@@ -168,6 +169,7 @@ async def serve(cfg: Config, config_path: str | None, socket_override: str | Non
     )
     session.set_debug(logs.level_enabled(cfg.log.level))
     server = d.server = ApiServer(cfg, session, on_reload=d.reload)
+    server.debug = logs.level_enabled(cfg.log.level)
     session._on_event = server.device_event
     server.on_clients_changed = d.status_line
     try:

@@ -26,7 +26,7 @@ import structlog
 
 from verld import API_VERSION, __version__, wire
 from verld.calls import Call, CallResult
-from verld.config import Config
+from verld.config import Config, tcp_target
 from verld.link import Transition
 from verld.logs import RING, Record
 from verld.metrics import prometheus_text
@@ -136,6 +136,7 @@ class ClientConn(asyncio.Protocol):
                 reason="max_backlog exceeded",
                 backlog=transport.get_write_buffer_size(),
             )
+            self.server.count_limit("max_backlog")
             self.closed = True
             transport.abort()
 
@@ -155,6 +156,8 @@ class ClientConn(asyncio.Protocol):
         try:
             bodies = self.decoder.feed(data)
         except wire.Oversize as exc:
+            log.info("message_too_large", client=repr(self), length=exc.length)
+            self.server.count_limit("max_message")
             self.send(wire.error_reply(None, "too_large", str(exc)))
             self.close()
             return
@@ -173,6 +176,9 @@ class ClientConn(asyncio.Protocol):
                 )
             self.server.dispatch(self, req)
         except wire.ApiError as exc:
+            self.server.api_errors[exc.code] = self.server.api_errors.get(exc.code, 0) + 1
+            if self.server.debug:
+                log.debug("request_refused", client=repr(self), code=exc.code, why=exc.message)
             self.send(wire.error_reply(exc.req_id, exc.code, exc.message))
 
 
@@ -194,7 +200,15 @@ class ApiServer:
         self._server: asyncio.AbstractServer | None = None
         self._owned_path: tuple[str, int, int] | None = None
         self.lease: Lease | None = None
+        #: times each limit was hit (max_clients, max_message, max_backlog, no_role)
+        self.limits_hit: dict[str, int] = {}
+        #: error replies to malformed or refused requests, by code
+        self.api_errors: dict[str, int] = {}
+        self.debug = False
         RING.listener = self._on_log
+
+    def count_limit(self, name: str) -> None:
+        self.limits_hit[name] = self.limits_hit.get(name, 0) + 1
 
     def next_serial(self) -> int:
         self._serial += 1
@@ -242,11 +256,13 @@ class ApiServer:
     def attach(self, conn: ClientConn) -> None:
         if len(self.clients) >= self.cfg.api.max_clients:
             log.info("client_refused", pid=conn.pid, uid=conn.uid, reason="max_clients")
+            self.count_limit("max_clients")
             conn.refuse("busy", f"too many clients (max_clients={self.cfg.api.max_clients})")
             return
         role = role_for(conn.uid, conn.gid, self.cfg.api.roles)
         if role is None:
             log.info("client_refused", pid=conn.pid, uid=conn.uid, reason="no role")
+            self.count_limit("no_role")
             conn.refuse("forbidden", "your uid/gid matches no role in api.roles")
             return
         conn.role = role
@@ -484,6 +500,14 @@ class ApiServer:
         st["clients"] = len(self.clients)
         st["lease"] = self.lease_status()
         st["events_dropped"] = self.events_dropped
+        st["limits_hit"] = dict(self.limits_hit)
+        st["api_errors"] = dict(self.api_errors)
+        dev = self.cfg.device
+        if tcp_target(self.session.port) is None:  # serial: show the line settings
+            st["link"]["settings"] = (
+                f"{dev.baudrate} {dev.bytesize}{dev.parity[0].upper()}{dev.stopbits:g}"
+                + (" rtscts" if dev.rtscts else "")
+            )
         return st
 
     def metrics_text(self) -> str:
