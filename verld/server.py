@@ -161,10 +161,18 @@ class ClientConn(asyncio.Protocol):
             self.send(wire.error_reply(None, "too_large", str(exc)))
             self.close()
             return
-        for body in bodies:
-            if self.closed:
-                return
-            self.handle(body)
+        if len(bodies) == 1:
+            self.handle(bodies[0])
+            return
+        session = self.server.session
+        session.hold()  # a burst of requests becomes one write to the device
+        try:
+            for body in bodies:
+                if self.closed:
+                    return
+                self.handle(body)
+        finally:
+            session.flush()
 
     def handle(self, body: bytes) -> None:
         try:

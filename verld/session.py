@@ -112,6 +112,8 @@ class Session:
         self._hb_timer: asyncio.TimerHandle | None = None
         self._wake: asyncio.Future[None] | None = None
         self._closing = False
+        self._holds = 0
+        self._pump_wanted = False
         self._bytes_prev = (0, 0)
         self._debug = False
         self.started = time.time()
@@ -301,8 +303,22 @@ class Session:
         return await fut
 
     # --- the queue ----------------------------------------------------------------
+    def hold(self) -> None:
+        """Collect calls without writing until `flush`: one write for a burst of calls."""
+        self._holds += 1
+
+    def flush(self) -> None:
+        """End a `hold`; what was collected goes out in one write."""
+        self._holds -= 1
+        if not self._holds and self._pump_wanted:
+            self._pump()
+
     def _pump(self) -> None:
         """Move calls from the queue onto the link while the window has room."""
+        if self._holds:
+            self._pump_wanted = True
+            return
+        self._pump_wanted = False
         if (
             self.link.state is not LinkState.UP
             or self._guard_until is not None
@@ -394,12 +410,16 @@ class Session:
                     self.traffic("rx", kind, f.seq, f.status, f.data)
             self.counters.frames_rx += len(frames)
             self.link.activity(now)
-            for frame in frames:
-                if frame.kind is Kind.REPLY:
-                    self._on_reply(frame, now)
-                else:
-                    self.counters.events += 1
-                    self._on_event(frame.data, frame.text, self.link.generation)
+            self._holds += 1  # replies free window slots: refill them in one write
+            try:
+                for frame in frames:
+                    if frame.kind is Kind.REPLY:
+                        self._on_reply(frame, now)
+                    else:
+                        self.counters.events += 1
+                        self._on_event(frame.data, frame.text, self.link.generation)
+            finally:
+                self.flush()
         if self.codec.desync is not None:
             self.desyncs += 1
             self._lose(f"stream out of step: {self.codec.desync}")
