@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -273,6 +274,22 @@ class TestLifecycle:
             assert d.status()["link"]["port"].endswith("tty")
         finally:
             assert d.stop() == 0
+
+    def test_builtin_sim_dies_with_verld(self, tmp_path: Path) -> None:
+        """If verld is killed outright, its verld-sim child does not linger."""
+        d = DaemonProc(write_config(tmp_path, "sim"))
+        started = [json.loads(line) for line in d.log().splitlines() if "sim_started" in line]
+        sim_pid = started[0]["pid"]
+        d.stop(signal.SIGKILL)
+
+        def gone() -> bool:
+            try:
+                with open(f"/proc/{sim_pid}/stat") as f:
+                    return f.read().split()[2] == "Z"
+            except FileNotFoundError:
+                return True
+
+        wait_for(gone, 10, "verld-sim to exit")
 
 
 class TestOtherCodecs:

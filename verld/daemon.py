@@ -44,6 +44,16 @@ class SimError(Exception):
     """The built-in simulated device did not start."""
 
 
+def _die_with_parent() -> None:
+    """In the sim child: get SIGTERM when verld dies, even by SIGKILL (Linux prctl)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 @dataclass
 class SimChild:
     """verld-sim running as our child on a pty pair (`device.port: sim`)."""
@@ -67,7 +77,9 @@ class SimChild:
             "--max-payload",
             str(cfg.device.max_payload),
         ]
-        proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            *args, stdout=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent
+        )
         assert proc.stdout is not None
         try:
             line = await asyncio.wait_for(proc.stdout.readline(), 15)
