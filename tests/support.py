@@ -125,7 +125,7 @@ class DaemonProc:
             wait_for(self._listening, 15, "verld to listen")
             if wait_up:
                 self.wait_state("up")
-        except AssertionError:
+        except BaseException:
             self.stop()
             raise
 

@@ -318,7 +318,9 @@ class ApiServer:
             self._update_taps()
             conn.send({"id": req.id, "ok": True, "topics": sorted(conn.topics)})
         elif op == "unsubscribe":
-            topics = wire.topics_field(req, required=False) or wire.TOPICS
+            topics = wire.topics_field(req, required=False)
+            if topics is None:  # absent: all; an empty list: none
+                topics = wire.TOPICS
             conn.topics -= topics
             for topic in topics:
                 self.subscribers[topic].discard(conn)

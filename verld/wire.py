@@ -157,9 +157,9 @@ def parse_request(body: bytes) -> Request:
 
 
 def _positive_number(req: Request, key: str) -> float | None:
-    value = req.body.get(key)
-    if value is None:
+    if key not in req.body:
         return None
+    value = req.body[key]
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -173,6 +173,9 @@ def _positive_number(req: Request, key: str) -> float | None:
 def call_fields(req: Request) -> tuple[bytes, float | None, int | None, bool]:
     """(payload, timeout, retry, wait) of a call; ApiError when any is malformed."""
     body = req.body
+    for key in ("data", "text", "retry"):
+        if key in body and body[key] is None:
+            raise ApiError("bad_request", f"'{key}' must not be null", req.id)
     data = body.get("data")
     text = body.get("text")
     if data is not None and text is not None:

@@ -1,0 +1,1 @@
+"""Code written from the documents alone (DESIGN.md, docs/protocol.md): no verld imports."""
