@@ -27,3 +27,61 @@ check: lint test
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+# `make install [PREFIX=/usr/local] [DESTDIR=]`: the package and its console scripts
+# (pip, for $(PYTHON)), then the systemd units, udev rule, sysusers and tmpfiles
+# files under $(PREFIX)/lib (systemd and udev read /usr/local/lib as well as /usr/lib;
+# the units' ExecStart= is rewritten to $(PREFIX)/bin/verld), docs and example
+# config under $(PREFIX)/share/doc/verld, and /etc/verld/verld.yaml unless one
+# exists. DESTDIR stages the whole tree for a package. See docs/deploy.md.
+# pip runs with --ignore-installed: it never touches $(PYTHON)'s own environment
+# (a checkout's editable install stays) and puts missing dependencies under PREFIX
+# too; PIPFLAGS=--no-deps leaves them to the distribution.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+PIPFLAGS ?=
+SYSTEMD_LIB := $(DESTDIR)$(PREFIX)/lib
+
+.PHONY: install
+install:
+	$(PYTHON) -m pip install -q --no-warn-script-location --ignore-installed $(PIPFLAGS) \
+		--root '$(DESTDIR)/' --prefix '$(PREFIX)' .
+	install -d $(SYSTEMD_LIB)/systemd/system $(SYSTEMD_LIB)/udev/rules.d \
+		$(SYSTEMD_LIB)/sysusers.d $(SYSTEMD_LIB)/tmpfiles.d \
+		$(DESTDIR)$(PREFIX)/share/doc/verld $(DESTDIR)/etc/verld
+	for unit in verld.service verld.socket verld@.service; do \
+		sed 's|/usr/bin/verld|$(PREFIX)/bin/verld|' systemd/$$unit \
+			> $(SYSTEMD_LIB)/systemd/system/$$unit || exit 1; \
+		chmod 0644 $(SYSTEMD_LIB)/systemd/system/$$unit; \
+	done
+	install -m 0644 systemd/70-verld.rules $(SYSTEMD_LIB)/udev/rules.d/70-verld.rules
+	install -m 0644 systemd/verld.sysusers $(SYSTEMD_LIB)/sysusers.d/verld.conf
+	install -m 0644 systemd/verld.tmpfiles $(SYSTEMD_LIB)/tmpfiles.d/verld.conf
+	install -m 0644 README.md docs/deploy.md configs/verld.yaml $(DESTDIR)$(PREFIX)/share/doc/verld/
+	test -e $(DESTDIR)/etc/verld/verld.yaml || \
+		install -m 0644 configs/verld.yaml $(DESTDIR)/etc/verld/verld.yaml
+	@test -n '$(DESTDIR)' || echo 'verld installed; now: systemd-sysusers; systemd-tmpfiles --create;' \
+		'udevadm control --reload; systemctl daemon-reload; systemctl enable --now verld.socket'
+
+# `make bench`: tools/bench's full run (direct pty vs socat vs verld, interleaved rounds, about
+# 6 minutes); refreshes docs/bench.json, docs/bench.png and the figures in docs/benchmarks.md.
+.PHONY: bench
+bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python tools/bench
+
+# `make soak`: the resilience soak as the issue checks it: 8 clients for 10 minutes under every
+# fault verld-sim has; fails on any misrouted or lost reply, a daemon crash, or RSS growth
+# above 5 MiB after the warm-up. See docs/reliability.md.
+.PHONY: soak
+soak: $(STAMP)
+	tools/soak --clients 8 --seconds 600 --faults all --max-rss-growth 5
+
+# `make fuzz [FUZZ_SECONDS=60]`: installs atheris (a prebuilt wheel; without it the targets
+# fall back to a blind random mutator) and runs each tools/fuzz target for FUZZ_SECONDS,
+# printing executions per target; crash inputs land in $TMPDIR/verld-fuzz. See docs/security.md.
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz
+fuzz: $(STAMP)
+	$(BIN)/python -m pip install -q atheris || echo 'atheris did not install: using the random mutator'
+	$(BIN)/python tools/fuzz/run $(FUZZ_SECONDS)

@@ -290,8 +290,6 @@ def _level_filter(args: argparse.Namespace) -> Callable[[dict[str, Any]], bool]:
 
 
 def cmd_logs(c: Client, args: argparse.Namespace) -> int:
-    if args.unit or args.match:
-        raise Usage("-u/--unit and FIELD=VALUE matches read the journal: add --journal")
     keep = _level_filter(args)
     records = [r for r in c.request("logs", lines=args.lines)["records"] if keep(r)]
     for rec in records:
@@ -435,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "logs" and args.journal:
             return cmd_logs_journal(args)
+        if args.command == "logs" and (args.unit or args.match):
+            raise Usage("-u/--unit and FIELD=VALUE matches read the journal: add --journal")
         path = _socket_path(args)
         with Client(path, timeout=60.0) as c:
             return COMMANDS[args.command](c, args)

@@ -201,13 +201,15 @@ async def serve(cfg: Config, config_path: str | None, socket_override: str | Non
             if d.sim is not None:
                 await d.sim.stop()
             return 1
+    # Handlers before READY=1: a SIGTERM or SIGHUP sent as soon as systemd hears
+    # READY must not meet the default action (death by signal).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, d.stopping.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload_on_signal(d))
     where = "socket activation" if listen is not None else cfg.api.socket
     log.info("ready", socket=where)
     systemd.notify("READY=1")
     d.status_line()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, d.stopping.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload_on_signal(d))
     stop_watchdog = systemd.start_watchdog(loop)
     runner = asyncio.create_task(session.run(), name="session")
     stopper = asyncio.create_task(d.stopping.wait(), name="stop")

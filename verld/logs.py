@@ -18,6 +18,8 @@ from typing import Any
 
 import structlog
 
+from verld import journal
+
 Record = dict[str, Any]
 _LEVELS = {
     "DEBUG": logging.DEBUG,
@@ -25,7 +27,6 @@ _LEVELS = {
     "WARNING": logging.WARNING,
     "ERROR": logging.ERROR,
 }
-_PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
 
 
 class Ring:
@@ -78,25 +79,20 @@ def resolve_format(fmt: str) -> str:
 
 
 class JournalRenderer:
-    """Sends each record to the journal with upper-case structured fields."""
+    """Sends each record to the journal with upper-case structured fields (verld.journal).
+
+    Raises JournalUnavailable when no journald listens. A record the journal
+    refuses (journald restarting) is written to stderr as JSON instead of lost.
+    """
 
     def __init__(self) -> None:
-        import importlib
+        self._send = journal.sender()
 
-        self._send = importlib.import_module("systemd.journal").send
-
-    def __call__(self, _logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
-        fields = {
-            "".join(c if c.isalnum() else "_" for c in k.upper()).lstrip("_"): str(v)
-            for k, v in event_dict.items()
-            if k not in ("event", "timestamp", "level")
-        }
-        self._send(
-            str(event_dict.get("event", "")),
-            PRIORITY=str(_PRIORITY.get(method, 6)),
-            SYSLOG_IDENTIFIER="verld",
-            **{k: v for k, v in fields.items() if k},
-        )
+    def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
+        try:
+            self._send(journal.entry_fields(method, event_dict))
+        except OSError:
+            return _json_renderer(logger, method, event_dict)
         raise structlog.DropEvent
 
 
@@ -108,11 +104,12 @@ def setup(level: str = "INFO", fmt: str = "auto") -> str:
     """Configure structlog; returns the format actually used."""
     fmt = resolve_format(fmt)
     renderer: Any
+    unavailable = None
     if fmt == "journal":
         try:
             renderer = JournalRenderer()
-        except ImportError:
-            fmt, renderer = "json", _json_renderer
+        except journal.JournalUnavailable as exc:
+            fmt, renderer, unavailable = "json", _json_renderer, str(exc)
     elif fmt == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     else:
@@ -129,6 +126,10 @@ def setup(level: str = "INFO", fmt: str = "auto") -> str:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+    if unavailable is not None:
+        structlog.get_logger("verld.logs").warning(
+            "journal_unavailable", reason=unavailable, fallback="json"
+        )
     return fmt
 
 

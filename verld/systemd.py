@@ -3,13 +3,18 @@
 Uses systemd-python's `daemon.notify` when installed, else sends the datagram
 itself (`$NOTIFY_SOCKET`, a leading `@` means the abstract namespace). Without
 systemd every function here is a harmless no-op.
+
+The watchdog is fed from the event loop itself (a timer at half WATCHDOG_USEC),
+not from a thread: a wedged loop stops the pings and systemd restarts verld.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import socket
+import time
 from collections.abc import Callable
 
 _SD_LISTEN_FDS_START = 3
@@ -50,9 +55,35 @@ def watchdog_interval() -> float | None:
     if not usec or (pid and pid != str(os.getpid())):
         return None
     try:
-        return int(usec) / 2_000_000
+        value = int(usec)
     except ValueError:
         return None
+    return value / 2_000_000 if value > 0 else None
+
+
+def reloading() -> None:
+    """Tell systemd a reload started; READY=1 ends it (sd_notify(3))."""
+    notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
+
+
+def start_watchdog(loop: asyncio.AbstractEventLoop) -> Callable[[], None] | None:
+    """Send WATCHDOG=1 from `loop` every half interval; returns the function that stops it."""
+    interval = watchdog_interval()
+    if interval is None:
+        return None
+    handle: asyncio.TimerHandle | None = None
+
+    def ping() -> None:
+        nonlocal handle
+        notify("WATCHDOG=1")
+        handle = loop.call_later(interval, ping)
+
+    def stop() -> None:
+        if handle is not None:
+            handle.cancel()
+
+    ping()
+    return stop
 
 
 def listen_socket() -> socket.socket | None:

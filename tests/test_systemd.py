@@ -1,0 +1,735 @@
+"""verld under systemd's protocols, with the real tools and no systemd running.
+
+sd_notify: the test binds its own datagram socket and sets NOTIFY_SOCKET.
+Socket activation: /usr/bin/systemd-socket-activate. Journal: a real
+systemd-journald in a private mount namespace (NOTES.md, "systemd"), read back
+with journalctl. Reload and drain: signals to a real verld on verld-sim.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support import DaemonProc, SimProc, wait_for, write_config
+
+from verld import journal
+from verld.client import Client, ClientError
+
+pytestmark = pytest.mark.timeout(90)
+
+JOURNALD = "/lib/systemd/systemd-journald"
+SOCKET_ACTIVATE = "/usr/bin/systemd-socket-activate"
+NSENTER = shutil.which("nsenter") or "nsenter"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[SimProc]:
+    s = SimProc(tmp_path)
+    yield s
+    s.stop()
+
+
+class Notifications:
+    """Our own NOTIFY_SOCKET: collects every datagram verld sends."""
+
+    def __init__(self, address: str) -> None:
+        self.env_value = address
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind("\0" + address[1:] if address.startswith("@") else address)
+        self.sock.settimeout(0.2)
+        self.messages: list[dict[str, str]] = []
+
+    def _receive_one(self) -> None:
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            return
+        self.messages.append(dict(line.split("=", 1) for line in data.decode().splitlines()))
+
+    def wait(self, pred: Callable[[dict[str, str]], bool], timeout: float = 15.0) -> dict[str, str]:
+        """The first message (seen so far or arriving) for which `pred` holds."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while True:
+            for msg in self.messages[seen:]:
+                if pred(msg):
+                    return msg
+            seen = len(self.messages)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no such notification; got {self.messages}")
+            self._receive_one()
+
+    def wait_key(self, key: str, value: str | None = None, timeout: float = 15.0) -> dict[str, str]:
+        return self.wait(lambda m: key in m and (value is None or m[key] == value), timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Verld:
+    """A verld process started from any argv (nsenter, socket-activate); stopped by pid."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        stderr_path: Path | None = None,
+    ) -> None:
+        self.log_path = stderr_path or log_path
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            list(argv),
+            stdout=self._log,
+            stderr=self._log,
+            env={**os.environ, **(env or {})},
+        )
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def verld_argv(config: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "verld", "--config", str(config), *extra]
+
+
+def connectable(path: str) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(path)
+    except OSError:
+        return False
+    return True
+
+
+# --- sd_notify ----------------------------------------------------------------------
+@pytest.fixture
+def notify(tmp_path: Path) -> Iterator[Notifications]:
+    n = Notifications(str(tmp_path / "notify.sock"))
+    yield n
+    n.close()
+
+
+def run_notified(
+    tmp_path: Path, sim: SimProc, notify: Notifications, **env: str
+) -> tuple[Verld, Path]:
+    config = write_config(tmp_path, sim.link)
+    env = {"NOTIFY_SOCKET": notify.env_value, **env}
+    return Verld(verld_argv(config), tmp_path / "verld.log", env), config
+
+
+class TestNotify:
+    def test_ready_only_once_the_api_socket_accepts(
+        self, tmp_path: Path, sim: SimProc, notify: Notifications
+    ) -> None:
+        """READY=1 is sent after the API socket listens: a connect right after it succeeds."""
+        v, _ = run_notified(tmp_path, sim, notify)
+        try:
+            notify.wait_key("READY", "1")
+            assert connectable(str(tmp_path / "verld.sock"))
+            with Client(str(tmp_path / "verld.sock"), timeout=10) as c:
+                assert c.hello()["version"] == "1"
+        finally:
+            assert v.stop() == 0
+
+    def test_status_lines_follow_the_link(
+        self, tmp_path: Path, sim: SimProc, notify: Notifications
+    ) -> None:
+        """STATUS= is one human line naming the link state, port and client count."""
+        v, _ = run_notified(tmp_path, sim, notify)
+        try:
+            msg = notify.wait(lambda m: m.get("STATUS", "").startswith("link up"))
+            assert sim.link in msg["STATUS"]
+            assert "clients" in msg["STATUS"]
+            assert "\n" not in msg["STATUS"]
+        finally:
+            v.stop()
+
+    def test_watchdog_pings_periodically(
+        self, tmp_path: Path, sim: SimProc, notify: Notifications
+    ) -> None:
+        """With WATCHDOG_USEC=200000, WATCHDOG=1 keeps arriving (every 0.1 s)."""
+        v, _ = run_notified(tmp_path, sim, notify, WATCHDOG_USEC="200000")
+        try:
+            for _ in range(10):
+                notify.wait_key("WATCHDOG", "1")
+                notify.messages.clear()
+        finally:
+            v.stop()
+
+    def test_watchdog_for_another_pid_is_ignored(
+        self, tmp_path: Path, sim: SimProc, notify: Notifications
+    ) -> None:
+        """WATCHDOG_PID naming another process turns the pings off."""
+        v, _ = run_notified(tmp_path, sim, notify, WATCHDOG_USEC="200000", WATCHDOG_PID="1")
+        try:
+            notify.wait(lambda m: m.get("STATUS", "").startswith("link up"))
+            time.sleep(0.5)
+        finally:
+            assert v.stop() == 0
+        notify.wait_key("STOPPING", "1")
+        assert not any("WATCHDOG" in m for m in notify.messages)
+
+    def test_stopping_on_sigterm_then_exit_zero(
+        self, tmp_path: Path, sim: SimProc, notify: Notifications
+    ) -> None:
+        """SIGTERM: STOPPING=1 is sent and verld exits 0."""
+        v, _ = run_notified(tmp_path, sim, notify)
+        notify.wait_key("READY", "1")
+        assert v.stop() == 0
+        notify.wait_key("STOPPING", "1")
+
+    def test_abstract_notify_socket(self, tmp_path: Path, sim: SimProc) -> None:
+        """NOTIFY_SOCKET=@name reaches a socket in the abstract namespace."""
+        n = Notifications(f"@verld-test-{uuid.uuid4().hex}")
+        try:
+            v, _ = run_notified(tmp_path, sim, n)
+            try:
+                n.wait_key("READY", "1")
+            finally:
+                assert v.stop() == 0
+            n.wait_key("STOPPING", "1")
+        finally:
+            n.close()
+
+    def test_sighup_reports_reloading_then_ready(
+        self, tmp_path: Path, sim: SimProc, notify: Notifications
+    ) -> None:
+        """SIGHUP sends RELOADING=1 with MONOTONIC_USEC, then READY=1 again."""
+        v, _ = run_notified(tmp_path, sim, notify)
+        try:
+            notify.wait_key("READY", "1")
+            notify.messages.clear()
+            v.proc.send_signal(signal.SIGHUP)
+            reloading = notify.wait_key("RELOADING", "1")
+            assert int(reloading["MONOTONIC_USEC"]) > 0
+            notify.wait_key("READY", "1")
+        finally:
+            assert v.stop() == 0
+
+
+# --- socket activation -------------------------------------------------------------
+@pytest.fixture
+def activated(tmp_path: Path, sim: SimProc) -> Iterator[tuple[Verld, Path]]:
+    if not os.access(SOCKET_ACTIVATE, os.X_OK):
+        pytest.skip(f"{SOCKET_ACTIVATE} not installed (package systemd)")
+    # api.socket points elsewhere: verld must serve the passed socket, not bind this one.
+    config = write_config(tmp_path, sim.link, {"api": {"socket": str(tmp_path / "unused.sock")}})
+    path = tmp_path / "activated.sock"
+    argv = [SOCKET_ACTIVATE, "-l", str(path), "-E", f"PYTHONPATH={REPO}", *verld_argv(config)]
+    v = Verld(argv, tmp_path / "verld.log")
+    wait_for(lambda: listening(path), 10, "systemd-socket-activate to listen")
+    yield v, path
+    v.stop()
+
+
+def listening(path: Path) -> bool:
+    """The socket at `path` accepts connections (/proc/net/unix, without connecting)."""
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) == 8 and fields[7] == str(path) and int(fields[3], 16) & 0x10000:
+            return True  # __SO_ACCEPTCON: listen() was called
+    return False
+
+
+def _program(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/exe")
+
+
+class TestSocketActivation:
+    def test_first_connection_starts_verld(self, activated: tuple[Verld, Path]) -> None:
+        """Until a client connects nothing runs; the first connection's hello succeeds."""
+        v, path = activated
+        assert _program(v.proc.pid) == SOCKET_ACTIVATE
+        with Client(str(path), timeout=30) as c:
+            hello = c.hello()
+        assert hello["daemon"].startswith("verld ")
+        assert _program(v.proc.pid) == os.path.realpath(sys.executable)
+        assert not (path.parent / "unused.sock").exists()
+
+    def test_activated_socket_is_left_alone(self, activated: tuple[Verld, Path]) -> None:
+        """verld neither chmods nor unlinks the socket it was given, and exits 0."""
+        v, path = activated
+        before = path.stat()
+        with Client(str(path), timeout=30) as c:
+            assert c.status()["link"]["state"] in ("up", "connecting", "down")
+        assert v.stop() == 0
+        after = path.stat()
+        assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+
+
+# --- the journal ----------------------------------------------------------------------
+class JournalNamespace:
+    """A private mount namespace with empty journal dirs and (optionally) its own journald."""
+
+    _SETUP = (
+        'for d in /run/systemd /run/log /var/log/journal; do mkdir -p "$d" && '
+        'mount -t tmpfs tmpfs "$d" || exit 9; done; mkdir /run/systemd/journal; exec "$@"'
+    )
+
+    def __init__(self, journald: bool = True) -> None:
+        payload = [JOURNALD] if journald else ["sleep", "300"]
+        self.proc = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", self._SETUP, "sh", *payload],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        root = Path(f"/proc/{self.proc.pid}/root")
+        ready = root / ("run/systemd/journal/socket" if journald else "run/systemd/journal")
+        try:
+            wait_for(lambda: self.proc.poll() is None and ready.exists(), 10, "the namespace")
+        except AssertionError:
+            self.stop()
+            raise
+        self.socket = str(root / "run/systemd/journal/socket")
+
+    def cmd(self, *argv: str) -> list[str]:
+        """argv run inside the namespace."""
+        return [NSENTER, "-t", str(self.proc.pid), "-m", "--", *argv]
+
+    def entries(self, *matches: str) -> list[dict[str, Any]]:
+        out = subprocess.run(
+            self.cmd("journalctl", "-q", "--all", "--no-pager", "-o", "json", *matches),
+            capture_output=True,
+            check=False,
+            timeout=20,
+        ).stdout
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def wait_entries(self, *matches: str, timeout: float = 15.0) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+
+        def check() -> bool:
+            nonlocal found
+            found = self.entries(*matches)
+            return bool(found)
+
+        wait_for(check, timeout, f"journal entries {matches}")
+        return found
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _namespace_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root for a private mount namespace with its own journald"
+    for tool in ("unshare", "nsenter", "journalctl"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed"
+    if not os.access(JOURNALD, os.X_OK):
+        return f"{JOURNALD} not installed (package systemd)"
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "true"], capture_output=True, check=False
+    )
+    if probe.returncode != 0:
+        return f"unshare -m not permitted here: {probe.stderr.decode().strip()}"
+    return None
+
+
+def _namespace(journald: bool) -> Iterator[JournalNamespace]:
+    problem = _namespace_problem()
+    if problem:
+        pytest.skip(problem)
+    ns = JournalNamespace(journald)
+    yield ns
+    ns.stop()
+
+
+@pytest.fixture
+def jns() -> Iterator[JournalNamespace]:
+    yield from _namespace(journald=True)
+
+
+@pytest.fixture
+def empty_ns() -> Iterator[JournalNamespace]:
+    yield from _namespace(journald=False)
+
+
+def journal_config(tmp_path: Path, sim: SimProc, fmt: str = "journal") -> Path:
+    return write_config(tmp_path, sim.link, {"log": {"level": "DEBUG", "format": fmt}})
+
+
+@pytest.fixture
+def journal_verld(
+    tmp_path: Path, sim: SimProc, jns: JournalNamespace
+) -> Iterator[tuple[Verld, JournalNamespace]]:
+    v = Verld(jns.cmd(*verld_argv(journal_config(tmp_path, sim))), tmp_path / "verld.log")
+    try:
+        wait_for(lambda: connectable(str(tmp_path / "verld.sock")), 15, "verld to listen")
+        yield v, jns
+    finally:
+        v.stop()
+
+
+def verlctl(ns: JournalNamespace, *args: str, env: Mapping[str, str] | None = None) -> Any:
+    return subprocess.run(
+        ns.cmd(sys.executable, "-m", "verld.ctl", *args),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+        env={**os.environ, **(env or {})},
+    )
+
+
+class TestJournal:
+    def test_link_up_entry_has_upper_case_fields(
+        self, journal_verld: tuple[Verld, JournalNamespace]
+    ) -> None:
+        """link_up lands in the journal filterable by LINK_STATE=up GENERATION=1, priority 6."""
+        _, ns = journal_verld
+        (entry,) = ns.wait_entries("LINK_STATE=up", "GENERATION=1")
+        assert entry["SYSLOG_IDENTIFIER"] == "verld"
+        assert entry["EVENT"] == "link_up"
+        assert entry["PRIORITY"] == "6"
+        assert entry["MESSAGE"].startswith("link_up ")
+        assert all(not k.islower() for k in entry)
+
+    def test_call_entries_carry_request_id_and_ms(
+        self, tmp_path: Path, journal_verld: tuple[Verld, JournalNamespace]
+    ) -> None:
+        """A call's DEBUG record has REQUEST_ID and MS at priority 7; connects have CLIENT_PID."""
+        _, ns = journal_verld
+        c = Client(str(tmp_path / "verld.sock"), timeout=10)
+        try:
+            c.send({"op": "call", "id": "req-42", "data": _b64(b"\x01hi")})
+            assert c.receive()["ok"] is True
+        finally:
+            c.close()
+        (done,) = ns.wait_entries("EVENT=call_done", "REQUEST_ID=req-42")
+        assert done["PRIORITY"] == "7"
+        assert float(done["MS"]) >= 0
+        connects = ns.wait_entries("EVENT=client_connected", f"CLIENT_PID={os.getpid()}")
+        assert connects[0]["CLIENT_UID"] == str(os.getuid())
+
+    def test_auto_format_follows_journal_stream(
+        self, tmp_path: Path, sim: SimProc, jns: JournalNamespace
+    ) -> None:
+        """log.format auto sends to the journal when $JOURNAL_STREAM names stderr."""
+        stderr_path = tmp_path / "stderr"
+        stderr_path.touch()
+        st = stderr_path.stat()
+        v = Verld(
+            jns.cmd(*verld_argv(journal_config(tmp_path, sim, fmt="auto"))),
+            tmp_path / "verld.log",
+            env={"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"},
+            stderr_path=stderr_path,
+        )
+        try:
+            jns.wait_entries("EVENT=ready", f"_PID={v.proc.pid}")
+        finally:
+            assert v.stop() == 0
+        assert "link_up" not in v.log()
+
+    def test_no_journald_falls_back_to_json(
+        self, tmp_path: Path, sim: SimProc, empty_ns: JournalNamespace
+    ) -> None:
+        """log.format journal without a journald: a warning, then JSON lines on stderr."""
+        v = Verld(empty_ns.cmd(*verld_argv(journal_config(tmp_path, sim))), tmp_path / "verld.log")
+        try:
+            wait_for(lambda: "link_up" in v.log(), 15, "link_up on stderr")
+        finally:
+            assert v.stop() == 0
+        records = [json.loads(line) for line in v.log().splitlines() if line.startswith("{")]
+        assert records[0]["event"] == "journal_unavailable"
+
+    def test_large_entry_travels_by_memfd(self, jns: JournalNamespace) -> None:
+        """The native sender passes an entry too big for a datagram in a sealed memfd."""
+        sender = journal.NativeSender(jns.socket)
+        tag = uuid.uuid4().hex
+        big = "x" * 400_000
+        try:
+            sender({"MESSAGE": "big", "VERLD_TEST": tag, "BLOB": big, "LINES": "a\nb"})
+        finally:
+            sender.close()
+        (entry,) = jns.wait_entries(f"VERLD_TEST={tag}")
+        assert entry["BLOB"] == big
+        assert entry["LINES"] == "a\nb"
+
+
+class TestVerlctlJournal:
+    def test_reads_records_back_filtered(
+        self, journal_verld: tuple[Verld, JournalNamespace]
+    ) -> None:
+        """`verlctl logs --journal LINK_STATE=up` prints link_up like `logs` does."""
+        _, ns = journal_verld
+        ns.wait_entries("LINK_STATE=up")
+        out = verlctl(ns, "logs", "--journal", "LINK_STATE=up")
+        assert out.returncode == 0, out.stderr
+        (line,) = out.stdout.splitlines()
+        assert "INFO" in line and "link_up" in line and "generation=1" in line
+
+    def test_json_records_have_the_logs_shape(
+        self, journal_verld: tuple[Verld, JournalNamespace]
+    ) -> None:
+        """--json gives {ts, level, msg, ...} records with lower-case field names."""
+        _, ns = journal_verld
+        ns.wait_entries("EVENT=ready")
+        out = verlctl(ns, "--json", "logs", "--journal", "-n", "1", "EVENT=ready")
+        (rec,) = [json.loads(line) for line in out.stdout.splitlines()]
+        assert (rec["level"], rec["msg"]) == ("info", "ready")
+        assert rec["ts"] > 0 and "socket" in rec
+
+    def test_follow_prints_new_records(
+        self, tmp_path: Path, journal_verld: tuple[Verld, JournalNamespace]
+    ) -> None:
+        """-f keeps printing records as they arrive; SIGTERM ends it with exit 0."""
+        _, ns = journal_verld
+        ns.wait_entries("EVENT=ready")
+        follower = subprocess.Popen(
+            ns.cmd(sys.executable, "-m", "verld.ctl", "logs", "--journal", "-f", "-n", "0"),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert follower.stdout is not None
+        deadline = time.monotonic() + 30
+        try:
+            # connect until a connect shows up: verlctl may start after the first one
+            while time.monotonic() < deadline:
+                with Client(str(tmp_path / "verld.sock"), timeout=10):
+                    pass
+                if select.select([follower.stdout], [], [], 1.0)[0]:
+                    line = follower.stdout.readline()
+                    assert line, "verlctl logs -f ended early"
+                    if "client_connected" in line:
+                        break
+            else:
+                raise AssertionError("verlctl logs -f printed no client_connected")
+        finally:
+            follower.send_signal(signal.SIGTERM)
+            assert follower.wait(10) == 0
+            assert follower.stdout is not None
+            follower.stdout.close()
+
+    def test_no_journal_exits_3(self, empty_ns: JournalNamespace) -> None:
+        """With no journald and no journal files: a clear message and exit 3, no traceback."""
+        out = verlctl(empty_ns, "logs", "--journal")
+        assert out.returncode == 3
+        assert "no systemd journal" in out.stderr
+        assert "Traceback" not in out.stderr
+
+    def test_no_reader_exits_3(self, jns: JournalNamespace) -> None:
+        """Without systemd-python and journalctl: it says what to install, exit 3."""
+        try:
+            __import__("systemd.journal")
+        except ImportError:
+            pass
+        else:
+            pytest.skip("systemd-python is installed: there is always a reader")
+        out = verlctl(jns, "logs", "--journal", env={"PATH": "/nonexistent"})
+        assert out.returncode == 3
+        assert "systemd-python" in out.stderr and "Traceback" not in out.stderr
+
+    def test_bad_match_is_usage(self, jns: JournalNamespace) -> None:
+        """A match that is not FIELD=VALUE is a usage error (exit 2)."""
+        out = verlctl(jns, "logs", "--journal", "link_state=up")
+        assert out.returncode == 2
+        assert "FIELD=VALUE" in out.stderr
+
+
+class TestVerlctlUsage:
+    def test_unit_without_journal_is_usage(self) -> None:
+        """-u/FIELD=VALUE without --journal: exit 2 before any connection is tried."""
+        out = subprocess.run(
+            [sys.executable, "-m", "verld.ctl", "--socket", "/nonexistent", "logs", "-u", "verld"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+        assert out.returncode == 2
+        assert "--journal" in out.stderr
+
+
+class TestJournalFields:
+    def test_field_names_are_journal_safe(self) -> None:
+        """Keys become [A-Z0-9_] names without a leading _ or digit; reserved ones get VERLD_."""
+        assert journal.field_name("request_id") == "REQUEST_ID"
+        assert journal.field_name("_private") == "PRIVATE"
+        assert journal.field_name("try_") == "TRY_"
+        assert journal.field_name("message") == "VERLD_MESSAGE"
+        assert journal.field_name("a-b.c") == "A_B_C"
+
+    def test_binary_safe_encoding(self) -> None:
+        """A value containing a newline is length-prefixed (64-bit little-endian)."""
+        assert journal.encode({"A": "x", "B": "1\n2"}) == (
+            b"A=x\nB\n" + struct.pack("<Q", 3) + b"1\n2\n"
+        )
+
+
+# --- reload (SIGHUP) ------------------------------------------------------------------
+def admin_config(tmp_path: Path, sim: SimProc, **device: Any) -> Path:
+    """A config whose admin role includes us, so the `reload` op is allowed."""
+    return write_config(
+        tmp_path,
+        sim.link,
+        {
+            "device": {"timeout": 1.0, "retry": 0, **device},
+            "api": {"roles": {"admin": {"uids": [os.getuid()], "gids": []}}},
+        },
+    )
+
+
+def _edit(config: Path, section: str, **values: Any) -> None:
+    data = yaml.safe_load(config.read_text())
+    data[section].update(values)
+    config.write_text(yaml.safe_dump(data))
+
+
+DELAY_700 = b"\x03" + struct.pack(">H", 700) + b"slow"
+
+
+class TestReload:
+    def test_bad_config_keeps_serving(self, tmp_path: Path, sim: SimProc) -> None:
+        """SIGHUP with an invalid config: logged, and verld keeps serving with the old one."""
+        config = admin_config(tmp_path, sim)
+        d = DaemonProc(config)
+        try:
+            config.write_text("device:\n  timout: 2\n")
+            d.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "reload_failed" in d.log(), 10, "reload_failed in the log")
+            assert "timout" in d.log()
+            assert d.client().call(DELAY_700).data == b"slow"  # the 1.0 s timeout still holds
+            assert d.status()["link"]["state"] == "up"
+        finally:
+            assert d.stop() == 0
+
+    def test_changed_timeout_applies(self, tmp_path: Path, sim: SimProc) -> None:
+        """SIGHUP with a shorter device.timeout: a 0.7 s call that passed now times out."""
+        config = admin_config(tmp_path, sim)
+        d = DaemonProc(config)
+        try:
+            c = d.client()
+            assert c.call(DELAY_700).data == b"slow"
+            _edit(config, "device", timeout=0.2)
+            d.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "device.timeout" in d.log(), 10, "the reload to be logged")
+            with pytest.raises(ClientError) as info:
+                c.call(DELAY_700)
+            assert info.value.code == "timeout"
+        finally:
+            assert d.stop() == 0
+
+    def test_reload_op_returns_changed_keys(self, tmp_path: Path, sim: SimProc) -> None:
+        """The `reload` op answers the key paths it applied."""
+        config = admin_config(tmp_path, sim)
+        d = DaemonProc(config)
+        try:
+            _edit(config, "device", timeout=2.5)
+            assert d.client().request("reload")["changed"] == ["device.timeout"]
+        finally:
+            assert d.stop() == 0
+
+    def test_reload_op_with_bad_config_is_bad_config(self, tmp_path: Path, sim: SimProc) -> None:
+        """The `reload` op with an invalid file answers bad_config; the daemon still serves."""
+        config = admin_config(tmp_path, sim)
+        d = DaemonProc(config)
+        try:
+            config.write_text("device: [")
+            with pytest.raises(ClientError) as info:
+                d.client().request("reload")
+            assert info.value.code == "bad_config"
+            assert d.client().call(b"\x01ok").data == b"ok"
+        finally:
+            assert d.stop() == 0
+
+
+class TestSocketOverride:
+    def test_socket_flag_wins_over_the_config_and_survives_reload(
+        self, tmp_path: Path, sim: SimProc
+    ) -> None:
+        """--socket PATH (verld@.service) serves PATH, and a reload does not touch it."""
+        config = admin_config(tmp_path, sim)
+        path = tmp_path / "instance.sock"
+        v = Verld(verld_argv(config, "--socket", str(path)), tmp_path / "verld.log")
+        try:
+            wait_for(lambda: connectable(str(path)), 15, "verld on --socket's path")
+            assert not (tmp_path / "verld.sock").exists()
+            _edit(config, "device", timeout=2.5)
+            with Client(str(path), timeout=10) as c:
+                assert c.request("reload")["changed"] == ["device.timeout"]
+        finally:
+            assert v.stop() == 0
+        assert not path.exists()
+
+
+# --- drain (SIGTERM) ------------------------------------------------------------------
+class TestDrain:
+    def test_in_flight_finishes_queued_fail(self, tmp_path: Path, sim: SimProc) -> None:
+        """SIGTERM: the in-flight slow call completes, queued ones get shutting_down, exit 0."""
+        config = write_config(
+            tmp_path,
+            sim.link,
+            {"device": {"timeout": 10.0, "window": 1}, "api": {"drain": 10.0}},
+        )
+        d = DaemonProc(config)
+        slow, queued = d.client(), d.client()
+        slow.send({"op": "call", "id": "slow", "data": _b64(b"\x03\x05\xdcslow")})  # 1.5 s
+        wait_for(lambda: d.status()["inflight"] >= 1, 10, "the slow call in flight")
+        for n in range(3):
+            queued.send({"op": "call", "id": n, "data": _b64(b"\x01q")})
+        wait_for(lambda: d.status()["queue"] >= 3, 10, "three queued calls")
+        d.proc.send_signal(signal.SIGTERM)
+        reply = slow.receive()
+        codes = sorted(str(queued.receive().get("error", {}).get("code")) for _ in range(3))
+        assert d.proc.wait(30) == 0
+        d.stop()
+        assert (reply["id"], reply["ok"]) == ("slow", True)
+        assert codes == ["shutting_down"] * 3
+
+    def test_drain_deadline_fails_the_rest(self, tmp_path: Path, sim: SimProc) -> None:
+        """A call still running when api.drain expires gets shutting_down; exit 0."""
+        config = write_config(
+            tmp_path, sim.link, {"device": {"timeout": 10.0}, "api": {"drain": 0.3}}
+        )
+        d = DaemonProc(config)
+        c = d.client()
+        c.send({"op": "call", "id": "long", "data": _b64(b"\x03\x13\x88long")})  # 5 s
+        wait_for(lambda: d.status()["inflight"] >= 1, 10, "the call in flight")
+        d.proc.send_signal(signal.SIGTERM)
+        reply = c.receive()
+        assert d.proc.wait(30) == 0
+        d.stop()
+        assert reply["error"]["code"] == "shutting_down"
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
