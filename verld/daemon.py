@@ -126,7 +126,7 @@ class Daemon:
         link = self.session.link
         systemd.notify(
             f"STATUS=link {link.state.value} ({link.reason}), gen {link.generation}, "
-            f"port {self.cfg.device.port}, {len(self.server.clients)} clients"
+            f"port {self.port()}, {len(self.server.clients)} clients"
         )
 
     def on_link(self, t: Transition) -> None:

@@ -237,7 +237,7 @@ class ApiServer:
         self._server = await loop.create_unix_server(lambda: ClientConn(self), path=path)
         os.chmod(path, self.cfg.api.mode)  # after bind: correct under any umask
         if self.cfg.api.group is not None:
-            os.chown(path, -1, _gid(self.cfg.api.group))
+            _set_group(path, self.cfg.api.group)
         st = os.stat(path)
         self._owned_path = (path, st.st_dev, st.st_ino)
 
@@ -278,9 +278,9 @@ class ApiServer:
         log.info(
             "client_connected",
             client=repr(conn),
-            pid=conn.pid,
-            uid=conn.uid,
-            gid=conn.gid,
+            client_pid=conn.pid,
+            client_uid=conn.uid,
+            client_gid=conn.gid,
             role=role,
         )
         if self.on_clients_changed is not None:
@@ -296,7 +296,7 @@ class ApiServer:
         if self.lease is not None and self.lease.conn is conn:
             self._end_lease("holder disconnected")
         self.session.forget_owner(conn)
-        log.info("client_disconnected", client=repr(conn), pid=conn.pid)
+        log.info("client_disconnected", client=repr(conn), client_pid=conn.pid)
         if self.on_clients_changed is not None:
             self.on_clients_changed()
 
@@ -558,6 +558,19 @@ class ApiServer:
     def _on_log(self, record: Record) -> None:
         if self.subscribers["logs"]:
             self.broadcast("logs", {"event": "log", "record": record})
+
+
+def _set_group(path: str, group: str | int) -> None:
+    """Give the socket its group; a failure (no CAP_CHOWN, seccomp) is logged, not fatal."""
+    try:
+        gid = _gid(group)
+        if os.stat(path).st_gid != gid:
+            os.chown(path, -1, gid)
+    except KeyError:
+        log.error("socket_group_failed", path=path, group=group, error="no such group")
+    except OSError as exc:
+        hint = "run verld with that group, or use SocketGroup= on verld.socket"
+        log.error("socket_group_failed", path=path, group=group, error=exc.strerror, hint=hint)
 
 
 def _gid(group: str | int) -> int:

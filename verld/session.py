@@ -659,17 +659,19 @@ class Session:
     def _announce(self, transition: Transition) -> None:
         state = transition.state
         if state is LinkState.UP:
-            log.info("link_up", port=self.port, generation=transition.generation)
+            log.info("link_up", link_state="up", port=self.port, generation=transition.generation)
         elif state is LinkState.DOWN:
             log.warning(
                 "link_down",
+                link_state="down",
                 port=self.port,
                 reason=transition.reason,
                 generation=transition.generation,
                 retry_in=round(self.link.retry_in(self._loop.time()), 3),
             )
         else:
-            log.debug("link_" + state.value, port=self.port, generation=transition.generation)
+            log.debug("link_" + state.value, link_state=state.value, port=self.port,
+                      generation=transition.generation)  # fmt: skip
         self._on_link(transition)
 
     # --- waiting ----------------------------------------------------------------------
