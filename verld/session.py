@@ -101,6 +101,8 @@ class Session:
         self.errors: dict[str, int] = {}
         #: link sessions ended because the stream was out of step (length codec)
         self.desyncs = 0
+        #: device events dropped because they came before the handshake reply
+        self.early_events = 0
         self.latency = Histogram()
         self._transport: FdTransport | None = None
         self._inflight: dict[int, Call] = {}
@@ -257,6 +259,7 @@ class Session:
             "inflight": len(self._inflight),
             "errors": dict(self.errors),
             "desyncs": self.desyncs,
+            "early_events": self.early_events,
             "link_up_seconds": round(self._loop.time() - link.since, 3)
             if link.state is LinkState.UP
             else 0.0,
@@ -275,22 +278,30 @@ class Session:
         self._transport = transport
         transport.tap = self._wire
         self.codec.reset()
-        if self.ping_payload is not None:
-            result = await self._handshake()
-            if self._transport is not transport:
-                return False  # lost during the handshake; _lose announced it
-            if result.error is not None:
-                self._lose(f"handshake failed: {result.message}")
-                return False
+        if self.ping_payload is None:
+            self._came_up()
+            return True
+        result = await self._handshake()
+        if self._transport is not transport:
+            return False  # lost during the handshake; _lose announced it
+        if result.error is not None:
+            self._lose(f"handshake failed: {result.message}")
+            return False
+        return True
+
+    def _came_up(self) -> None:
         self._announce(self.link.opened(self._loop.time()))
         self._arm_heartbeat()
         self._pump()
-        return True
 
     async def _handshake(self) -> CallResult:
         fut: asyncio.Future[CallResult] = self._loop.create_future()
 
         def done(result: CallResult) -> None:
+            # Up at once, inside the reply's handling: an event right behind the reply
+            # (same read) then already belongs to the new generation.
+            if result.error is None and self.link.state is LinkState.CONNECTING:
+                self._came_up()
             if not fut.done():
                 fut.set_result(result)
 
@@ -415,9 +426,11 @@ class Session:
                 for frame in frames:
                     if frame.kind is Kind.REPLY:
                         self._on_reply(frame, now)
-                    else:
+                    elif self.link.state is LinkState.UP:
                         self.counters.events += 1
                         self._on_event(frame.data, frame.text, self.link.generation)
+                    else:  # before the handshake reply: left over from an earlier session
+                        self.early_events += 1
             finally:
                 self.flush()
         if self.codec.desync is not None:
@@ -498,7 +511,7 @@ class Session:
             self._start_guard(call if retry else None)
         if call.is_ping:
             self._arm_heartbeat()
-        elif not retry:
+        if not retry:
             self._pump()
 
     def _requeue_first(self, call: Call) -> None:

@@ -1,0 +1,563 @@
+"""Session logic on virtual time: a scripted verl device behind a fake transport, no sleeps.
+
+Strategy: `VirtualClockLoop` is a real asyncio loop whose clock jumps to the next
+timer whenever nothing is ready, so heartbeat, timeout, backoff and wait timings
+are exact and a minute of link time takes milliseconds. `verld.session.open_link`
+is replaced by a fake that hands the session a `FakeTransport`: requests written
+to it go to a `FakeDevice`, which answers (or not) through `Session.link_data`,
+as the fd transport would. Only the session's public surface is used: `submit`,
+`run`, `close`, `status` and the transport callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import selectors
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import verld.session as session_module
+from verld.calls import Call, CallResult
+from verld.codec.verl import FrameDecoder, encode_frame
+from verld.config import parse_config
+from verld.link import LinkState, Transition
+from verld.session import Session, make_codec
+from verld.transport import LinkHandler, OpenError
+
+pytestmark = pytest.mark.timeout(60)
+
+REQUEST, REPLY, EVENT = 0x11, 0x12, 0x13
+
+
+# --- virtual time ---------------------------------------------------------------------------
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    """Polls without blocking; when nothing is ready, moves the loop's clock forward instead."""
+
+    def __init__(self, loop: VirtualClockLoop) -> None:
+        super().__init__()
+        self._vloop = loop
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = super().select(0)
+        if not ready and timeout is not None and timeout > 0:
+            self._vloop.now += timeout
+        elif not ready and timeout is None:
+            raise RuntimeError("virtual loop: nothing scheduled, the test would wait forever")
+        return ready
+
+
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose time advances only when every task waits for a timer."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        super().__init__(_JumpingSelector(self))
+
+    def time(self) -> float:
+        return self.now
+
+
+def run_virtual(main: Callable[[], Awaitable[None]]) -> None:
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        runner.run(main())  # type: ignore[arg-type]
+
+
+# --- the fake link ----------------------------------------------------------------------------
+
+
+class FakeTransport:
+    """What the session sees instead of an FdTransport."""
+
+    def __init__(self, device: FakeDevice, handler: LinkHandler) -> None:
+        self.device = device
+        self.handler = handler
+        self.closed = False
+        self.tap: Any = None
+        self.bytes_tx = self.bytes_rx = 0
+        self.write_backlog = 0
+        self._decoder = FrameDecoder(4096, frozenset({REQUEST}))
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.bytes_tx += len(data)
+        for frame in self._decoder.feed(data):
+            self.device.on_request(self, frame.seq, frame.payload)
+
+    def deliver(self, data: bytes) -> None:
+        if not self.closed:
+            self.bytes_rx += len(data)
+            self.handler.link_data(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeDevice:
+    """A verl device: pings get `00`, `01`+x gets `00`+x; faults are attributes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, rng: random.Random | None = None) -> None:
+        self.loop = loop
+        self.rng = rng or random.Random(0)
+        self.plugged = True
+        self.hung = False
+        self.latency = 0.0
+        self.jitter = 0.0
+        self.drop = 0.0
+        self.duplicate = 0.0
+        self.early_event: bytes | None = None  #: sent before the reply to the next ping
+        self.requests: list[tuple[float, bytes]] = []
+        self.opens: list[float] = []
+        self.transport: FakeTransport | None = None
+
+    async def open_link(
+        self, _cfg: Any, _port: str, handler: LinkHandler, _timeout: float
+    ) -> FakeTransport:
+        self.opens.append(self.loop.time())
+        if not self.plugged:
+            raise OpenError("No such file or directory")
+        self.transport = FakeTransport(self, handler)
+        return self.transport
+
+    def on_request(self, transport: FakeTransport, seq: int, payload: bytes) -> None:
+        self.requests.append((self.loop.time(), payload))
+        if self.hung or (self.drop and self.rng.random() < self.drop):
+            return
+        if self.early_event is not None and not payload:
+            transport.deliver(encode_frame(EVENT, 0, self.early_event))
+            self.early_event = None
+        reply = encode_frame(REPLY, seq, b"\x00" + payload[1:])
+        copies = 2 if self.duplicate and self.rng.random() < self.duplicate else 1
+        for _ in range(copies):
+            delay = self.latency + self.rng.uniform(0, self.jitter)
+            self.loop.call_later(delay, transport.deliver, reply)
+
+    def unplug(self) -> None:
+        """The adapter is pulled: the fd hangs up and the path is gone until `replug`."""
+        self.plugged = False
+        transport, self.transport = self.transport, None
+        if transport is not None and not transport.closed:
+            transport.closed = True
+            transport.handler.link_lost("hangup")
+
+    def pings(self) -> list[float]:
+        return [t for t, payload in self.requests if not payload]
+
+
+CONFIG = """
+device: {port: /dev/fake, timeout: 1.0, retry: 0, window: 8}
+heartbeat: {interval: 2.0, misses: 3, timeout: 1.0}
+reconnect: {initial: 0.1, max: 2.0}
+"""
+
+
+class Harness:
+    """A session on a fake device, recording link transitions and device events."""
+
+    def __init__(self, config: str = CONFIG, port: str = "/dev/fake", **device: Any) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.device = FakeDevice(self.loop)
+        for name, value in device.items():
+            setattr(self.device, name, value)
+        cfg = parse_config(config)
+        self.transitions: list[tuple[float, Transition]] = []
+        self.events: list[tuple[bytes, int]] = []
+        self.session = Session(
+            cfg,
+            make_codec(cfg),
+            port,
+            on_event=lambda data, _text, gen: self.events.append((data, gen)),
+            on_link=lambda t: self.transitions.append((self.loop.time(), t)),
+            rng=random.Random(1),
+        )
+        self.task: asyncio.Task[None] | None = None
+        self.owner = object()
+
+    def start(self) -> None:
+        self.task = self.loop.create_task(self.session.run())
+
+    async def stop(self) -> None:
+        await self.session.close(0.0)
+        if self.task is not None:
+            await asyncio.wait_for(self.task, 10)
+
+    def call(self, payload: bytes, **kw: Any) -> list[CallResult]:
+        """Submit a call; its results (exactly one, eventually) land in the returned list."""
+        results: list[CallResult] = []
+        kw.setdefault("timeout", 1.0)
+        kw.setdefault("retry", 0)
+        self.session.submit(Call(self.owner, payload, results.append, **kw))
+        return results
+
+    async def until(
+        self, pred: Callable[[], bool], limit: float = 60.0, step: float = 0.01
+    ) -> None:
+        deadline = self.loop.time() + limit
+        while not pred():
+            if self.loop.time() > deadline:
+                raise AssertionError(f"not true within {limit:g} virtual seconds")
+            await asyncio.sleep(step)
+
+    async def up(self, generation: int = 1) -> float:
+        """Wait for the link to be up in `generation`; the time it came up."""
+        await self.until(lambda: self.state_is(LinkState.UP, generation))
+        return self.transitions[-1][0]
+
+    def state_is(self, state: LinkState, generation: int | None = None) -> bool:
+        link = self.session.link
+        return link.state is state and (generation is None or link.generation == generation)
+
+    def states(self) -> list[str]:
+        return [t.state.value for _, t in self.transitions]
+
+    def down_times(self) -> list[float]:
+        return [at for at, t in self.transitions if t.state is LinkState.DOWN]
+
+
+@pytest.fixture
+def fake_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Route the session's open_link to the harness's fake device."""
+
+    async def open_link(cfg: Any, port: str, handler: LinkHandler, timeout: float) -> Any:
+        device = _current.device
+        return await device.open_link(cfg, port, handler, timeout)
+
+    monkeypatch.setattr(session_module, "open_link", open_link)
+    yield
+
+
+class _Current:
+    device: FakeDevice
+
+
+_current = _Current()
+
+
+def answered(results: list[CallResult]) -> Callable[[], bool]:
+    """A predicate: the call whose results land in `results` has ended."""
+    return lambda: bool(results)
+
+
+def harness(config: str = CONFIG, port: str = "/dev/fake", **device: Any) -> Harness:
+    h = Harness(config, port, **device)
+    _current.device = h.device
+    return h
+
+
+# --- tests ------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("fake_open")
+class TestHeartbeat:
+    def test_idle_hang_is_down_at_interval_plus_misses_times_timeout(self) -> None:
+        """Idle and hung: first ping after `interval`, down after `misses` × `timeout` more."""
+
+        async def main() -> None:
+            h = harness()
+            h.start()
+            t_up = await h.up()
+            h.device.hung = True
+            await h.until(lambda: h.state_is(LinkState.DOWN))
+            assert h.down_times()[-1] == pytest.approx(t_up + 2.0 + 3 * 1.0, abs=1e-6)
+            pings = [t - t_up for t in h.device.pings()[1:]]  # [0] is the handshake
+            assert pings == pytest.approx([2.0, 3.0, 4.0], abs=1e-6)
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_answering_device_stays_up_with_one_ping_per_interval(self) -> None:
+        """A device that answers stays up for a virtual minute, pinged every `interval`."""
+
+        async def main() -> None:
+            h = harness()
+            h.start()
+            t_up = await h.up()
+            await asyncio.sleep(60)
+            assert h.state_is(LinkState.UP, 1)
+            assert len(h.device.pings()) - 1 == pytest.approx(60 / 2.0, abs=1)
+            assert h.device.pings()[1] - t_up == pytest.approx(2.0, abs=1e-6)
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_no_ping_while_calls_keep_the_link_busy(self) -> None:
+        """Pings go out only on an idle link: back-to-back calls suppress them."""
+
+        async def main() -> None:
+            h = harness(latency=0.05)
+            h.start()
+            await h.up()
+            end = h.loop.time() + 20
+            while h.loop.time() < end:
+                results = h.call(b"\x01busy")
+                await h.until(answered(results))
+                assert results[0].error is None
+            assert len(h.device.pings()) == 1  # the handshake only
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_misses_call_timeouts_in_a_row_are_a_dead_link(self) -> None:
+        """With the ping off, `misses` call timeouts in a row declare the link dead, not fewer."""
+
+        async def main() -> None:
+            h = harness(CONFIG.replace("interval: 2.0", "interval: 0"))
+            h.start()
+            await h.up()
+            h.device.hung = True
+            for n in range(1, 4):
+                results = h.call(b"\x01x", timeout=0.5)
+                await h.until(answered(results))
+                assert results[0].error == "timeout"
+                assert h.state_is(LinkState.UP) is (n < 3)
+            assert "3 timeouts in a row" in h.session.link.reason
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_a_reply_resets_the_miss_count(self) -> None:
+        """Two timeouts, an answer, two timeouts: never three in a row, so the link stays up."""
+
+        async def main() -> None:
+            h = harness(CONFIG.replace("interval: 2.0", "interval: 0"))
+            h.start()
+            await h.up()
+            for hung in (True, True, False, True, True):
+                h.device.hung = hung
+                results = h.call(b"\x01x", timeout=0.5)
+                await h.until(answered(results))
+                assert (results[0].error is None) is not hung
+            assert h.state_is(LinkState.UP, 1)
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_call_queued_behind_a_timed_out_ping_is_sent(self) -> None:
+        """Window 1: a call made while a ping is unanswered goes out when the ping times out."""
+
+        async def main() -> None:
+            h = harness(CONFIG.replace("window: 8", "window: 1"))
+            h.start()
+            t_up = await h.up()
+            h.device.hung = True
+            await h.until(lambda: len(h.device.pings()) == 2)  # a heartbeat ping, unanswered
+            results = h.call(b"\x01queued", timeout=1.0)
+            h.device.hung = False
+            await asyncio.sleep(10)
+            assert [r.error for r in results] == [None]
+            assert h.loop.time() - t_up > 10
+            await h.stop()
+
+        run_virtual(main)
+
+
+@pytest.mark.usefixtures("fake_open")
+class TestLoss:
+    def test_hangup_fails_every_in_flight_call_at_once(self) -> None:
+        """A hang-up fails all calls on the link with link_down at that very moment."""
+
+        async def main() -> None:
+            h = harness()
+            h.start()
+            await h.up()
+            h.device.latency = 5.0
+            calls = [h.call(b"\x01" + bytes([i]), timeout=10) for i in range(5)]
+            await asyncio.sleep(1)
+            t_lost = h.loop.time()
+            h.device.unplug()
+            assert [r[0].error for r in calls] == ["link_down"] * 5
+            assert all(r[0].generation == 1 for r in calls)
+            assert h.down_times() == [t_lost]
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_new_calls_fail_at_once_while_down(self) -> None:
+        """While the link is down a call without wait fails link_down before submit returns."""
+
+        async def main() -> None:
+            h = harness()
+            h.start()
+            await h.up()
+            h.device.unplug()
+            results = h.call(b"\x01x")
+            assert [r.error for r in results] == ["link_down"]
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_backoff_doubles_to_the_cap_with_jitter(self) -> None:
+        """Open attempts back off 0.1, 0.2, 0.4 ... capped at 2 s, each jittered to 75-100 %."""
+
+        async def main() -> None:
+            h = harness(plugged=False)
+            h.start()
+            await h.until(lambda: len(h.device.opens) >= 10, limit=120)
+            gaps = [b - a for a, b in zip(h.device.opens, h.device.opens[1:], strict=False)]
+            for n, gap in enumerate(gaps):
+                nominal = min(0.1 * 2**n, 2.0)
+                assert 0.75 * nominal - 1e-6 <= gap <= nominal + 1e-6, (n, gap)
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_backoff_resets_once_the_link_was_up(self) -> None:
+        """After a link session, the first reopen attempt comes after about `initial` again."""
+
+        async def main() -> None:
+            h = harness(plugged=False)
+            h.start()
+            await h.until(lambda: len(h.device.opens) >= 8, limit=120)
+            h.device.plugged = True
+            await h.up()
+            h.device.unplug()
+            t_lost = h.loop.time()
+            opens = len(h.device.opens)
+            await h.until(lambda: len(h.device.opens) > opens)
+            assert h.device.opens[opens] - t_lost <= 0.1 + 1e-6
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_replug_is_the_next_generation(self) -> None:
+        """Down, connecting, up: the generation grows by one per link session."""
+
+        async def main() -> None:
+            h = harness()
+            h.start()
+            await h.up(1)
+            h.device.unplug()
+            await asyncio.sleep(5)
+            h.device.plugged = True
+            await h.up(2)
+            states = h.states()
+            assert states[:3] == ["connecting", "up", "down"]
+            assert states[-1] == "up" and set(states[3:-1]) <= {"connecting", "down"}
+            down = [t for _, t in h.transitions if t.state is LinkState.DOWN]
+            assert all(t.generation == 1 for t in down)
+            results = h.call(b"\x01again")
+            await h.until(answered(results))
+            assert (results[0].data, results[0].generation) == (b"again", 2)
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_tcp_event_before_the_handshake_reply_is_dropped(self) -> None:
+        """On tcp://, an event that arrives before the handshake reply is not delivered."""
+
+        async def main() -> None:
+            h = harness(port="tcp://127.0.0.1:9", early_event=b"old")
+            h.start()
+            await h.up()
+            assert h.events == []
+            await h.stop()
+
+        run_virtual(main)
+
+
+@pytest.mark.usefixtures("fake_open")
+class TestWait:
+    def test_waiting_call_fails_after_exactly_its_timeout(self) -> None:
+        """wait: true with the link down: link_down once its timeout has passed, not before."""
+
+        async def main() -> None:
+            h = harness(plugged=False)
+            h.start()
+            await asyncio.sleep(1)
+            t0 = h.loop.time()
+            results = h.call(b"\x01w", wait=True, timeout=3.0)
+            await asyncio.sleep(2.9)
+            assert results == []
+            await h.until(answered(results))
+            assert results[0].error == "link_down"
+            assert h.loop.time() - t0 == pytest.approx(3.0, abs=0.02)
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_waiting_call_goes_out_when_the_link_comes_up(self) -> None:
+        """wait: true during an outage: sent and answered on the next link session."""
+
+        async def main() -> None:
+            h = harness()
+            h.start()
+            await h.up()
+            h.device.unplug()
+            results = h.call(b"\x01w", wait=True, timeout=5.0)
+            await asyncio.sleep(1)
+            h.device.plugged = True
+            await h.until(answered(results))
+            assert (results[0].error, results[0].data, results[0].generation) == (None, b"w", 2)
+            await h.stop()
+
+        run_virtual(main)
+
+
+# --- every call ends exactly once, whatever the device does ---------------------------------
+
+
+PROPERTY_CONFIG = CONFIG.replace("retry: 0", "retry: 2").replace("interval: 2.0", "interval: 0.5")
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> list[tuple[str, float]]:
+    ops = st.sampled_from(
+        ["calls", "calls", "calls", "wait_calls", "hang", "unhang", "unplug", "replug", "noise",
+         "quiet", "sleep", "sleep"]
+    )  # fmt: skip
+    return draw(st.lists(st.tuples(ops, st.floats(0.0, 1.0)), min_size=1, max_size=25))
+
+
+@pytest.mark.usefixtures("fake_open")
+class TestExactlyOnce:
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(scenario=scenarios(), seed=st.integers(0, 2**32 - 1))
+    def test_every_call_ends_exactly_once_with_its_own_data(
+        self, scenario: list[tuple[str, float]], seed: int
+    ) -> None:
+        """Any mix of hangs, unplugs, drops, duplicates and jitter: one result per call, never
+        another call's data."""
+        calls: list[tuple[bytes, list[CallResult]]] = []
+
+        async def main() -> None:
+            h = harness(PROPERTY_CONFIG, rng=random.Random(seed))
+            h.start()
+            n = 0
+            for op, x in scenario:
+                dev = h.device
+                if op in ("calls", "wait_calls"):
+                    for _ in range(1 + int(x * 12)):
+                        n += 1
+                        tag = f"call{n}".encode()
+                        wait = op == "wait_calls"
+                        calls.append((tag, h.call(b"\x01" + tag, timeout=0.2 + x, wait=wait)))
+                elif op == "hang":
+                    dev.hung = True
+                elif op == "unhang":
+                    dev.hung = False
+                elif op == "unplug":
+                    dev.unplug()
+                elif op == "replug":
+                    dev.plugged = True
+                elif op == "noise":
+                    dev.drop, dev.duplicate, dev.jitter = x / 2, x, x * 2
+                elif op == "quiet":
+                    dev.drop = dev.duplicate = dev.jitter = 0.0
+                await asyncio.sleep(x * 3)
+            dev = h.device
+            dev.hung, dev.plugged, dev.drop = False, True, 0.0
+            await asyncio.sleep(30)  # longer than any call can take
+            await h.stop()
+
+        run_virtual(main)
+        for tag, results in calls:
+            assert len(results) == 1, (tag, results)
+            if results[0].error is None:
+                assert results[0].data == tag

@@ -1,0 +1,100 @@
+"""`tools/soak`'s command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from soaklib.faults import FAULTS
+from soaklib.report import render, verdict
+from soaklib.run import Options, soak
+
+
+def parse_faults(text: str) -> list[str]:
+    if text == "all":
+        return list(FAULTS)
+    if text == "none":
+        return []
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(FAULTS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown fault(s) {', '.join(unknown)}; choose from {', '.join(FAULTS)}"
+        )
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tools/soak",
+        description="Soak verld: N clients calling through it while verld-sim injects faults.",
+    )
+    p.add_argument("--clients", type=int, default=4, metavar="N")
+    p.add_argument("--seconds", type=float, default=30.0, metavar="T")
+    p.add_argument(
+        "--faults",
+        type=parse_faults,
+        default=list(FAULTS),
+        metavar="all|none|LIST",
+        help=f"comma-separated, from: {', '.join(FAULTS)} (default all)",
+    )
+    p.add_argument("--seed", type=int, default=None, metavar="S")
+    p.add_argument("--depth", type=int, default=4, help="calls in flight per client (default 4)")
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds before the RSS baseline (default: a quarter of T, at most 60)",
+    )
+    p.add_argument("--json", dest="json_out", metavar="OUT", help="also write the report here")
+    p.add_argument(
+        "--max-rss-growth",
+        type=float,
+        default=None,
+        metavar="MIB",
+        help="fail when RSS grows more than this after the warm-up",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the work dir (config, daemon log)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.clients < 1 or args.seconds <= 0 or args.depth < 1:
+        print("tools/soak: --clients, --seconds and --depth must be positive", file=sys.stderr)
+        return 2
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    warmup = args.warmup if args.warmup is not None else min(args.seconds / 4, 60.0)
+    opts = Options(
+        args.clients, args.seconds, args.faults, seed, args.depth, warmup,
+        args.json_out, args.max_rss_growth, args.keep,
+    )  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix="verld-soak-"))
+    try:
+        report = asyncio.run(soak(opts, workdir))
+    except RuntimeError as exc:
+        print(f"tools/soak: {exc}", file=sys.stderr)
+        log = workdir / "verld.log"
+        if log.exists():
+            sys.stderr.write(log.read_text(errors="replace")[-4000:])
+        return 3
+    finally:
+        if opts.keep:
+            print(f"tools/soak: work dir kept: {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    broken = verdict(report, opts.max_rss_growth)
+    report["command"] = "tools/soak " + " ".join(argv if argv is not None else sys.argv[1:])
+    report["passed"] = not broken
+    report["broken"] = broken
+    print(render(report, broken), flush=True)
+    if opts.json_out:
+        Path(opts.json_out).write_text(json.dumps(report, indent=2) + "\n")
+    return 1 if broken else 0

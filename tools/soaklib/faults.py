@@ -1,0 +1,90 @@
+"""The fault driver: random mixes of faults through the sim's control socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections import Counter
+from typing import Any
+
+FAULTS = (
+    "latency",
+    "jitter",
+    "drop",
+    "corrupt",
+    "garbage",
+    "baud",
+    "hang",
+    "unplug",
+    "powercycle",
+)
+
+
+class Control:
+    """The sim's control socket: one command per line, one JSON line back."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def __call__(self, command: str) -> dict[str, Any]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_unix_connection(self.path)
+        assert self.reader is not None
+        self.writer.write(command.encode() + b"\n")
+        answer: dict[str, Any] = json.loads(await asyncio.wait_for(self.reader.readline(), 10))
+        if not answer.get("ok"):
+            raise RuntimeError(f"sim control {command!r}: {answer}")
+        return answer
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+
+
+def fault_commands(name: str, rng: random.Random) -> list[str]:
+    """The control commands that start one fault (`reset` ends them all)."""
+    if name == "latency":
+        return [f"set latency {rng.randint(20, 400)}"]
+    if name == "jitter":
+        return [f"set jitter {rng.randint(20, 600)}"]
+    if name in ("drop", "corrupt"):
+        return [f"set {name} {rng.uniform(0.02, 0.4):.3f}"]
+    if name == "garbage":
+        return [f"set garbage {rng.uniform(0.05, 0.8):.3f}", f"garbage {rng.randint(1, 20000)}"]
+    if name == "baud":
+        return [f"set baud {rng.choice((4800, 9600, 19200, 57600, 115200))}"]
+    if name == "hang":
+        return ["hang"]
+    if name == "unplug":
+        return ["unplug 0"]
+    if name == "powercycle":
+        return [f"unplug {rng.uniform(0.05, 2.0):.2f}"]
+    raise ValueError(name)
+
+
+async def fault_driver(
+    control: Control, faults: list[str], until: float, rng: random.Random, episodes: Counter[str]
+) -> None:
+    """Random mixes of 1..3 faults, each mix held 0.5..4 s, then a calm 0.2..1.5 s."""
+    while faults and time.monotonic() < until:
+        mix = rng.sample(faults, rng.randint(1, min(3, len(faults))))
+        for name in mix:
+            episodes[name] += 1
+            for command in fault_commands(name, rng):
+                await control(command)
+        hold = rng.uniform(0.5, 4.0)
+        while hold > 0 and time.monotonic() < until:
+            await asyncio.sleep(min(hold, 0.5))
+            hold -= 0.5
+            if "garbage" in mix and rng.random() < 0.5:
+                await control(f"garbage {rng.randint(1, 20000)}")
+        await control("reset")
+        await asyncio.sleep(rng.uniform(0.2, 1.5))
+    await control("reset")
