@@ -199,11 +199,11 @@ class TestLineCodec:
         ]
 
     def test_non_utf8_does_not_raise(self) -> None:
-        """Bytes that are not valid in the encoding are replaced in text, never raise."""
+        """Undecodable bytes are replaced in text (never raise); data keeps the device's bytes."""
         codec = LineCodec(MAX)
         [reply, event] = codec.feed(b"\xff\xfe ok\n\xc3\n", True)
         assert reply.text == "\ufffd\ufffd ok"
-        assert reply.data == reply.text.encode()
+        assert reply.data == b"\xff\xfe ok"
         assert event.data == b"\xc3"
         assert event.text == "\ufffd"
         ascii_codec = LineCodec(MAX, encoding="ascii")

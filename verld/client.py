@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import struct
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -152,6 +153,27 @@ class _Engine:
         return {"ok": False, "code": reply.status, "data": reply.data}
 
 
+def _connect_unix(path: str, timeout: float | None) -> socket.socket:
+    """Connect, riding out a full listen backlog (EAGAIN on AF_UNIX) for up to `timeout`."""
+    deadline = time.monotonic() + (timeout if timeout is not None else 30.0)
+    delay = 0.005
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise Unreachable(f"cannot connect to {path}: verld is not accepting") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+            continue
+        except OSError as exc:
+            sock.close()
+            raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
+        return sock
+
+
 def _param_bytes(params: Any) -> bytes:
     if params is None or (isinstance(params, dict | list | bytes | str) and not params):
         return b""
@@ -195,15 +217,8 @@ class Client(_Engine):
     def connect(self) -> Client:
         if self._sock is not None:
             return self
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _connect_unix(self.socket_path, self.timeout)
         sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.socket_path)
-        except OSError as exc:
-            sock.close()
-            raise Unreachable(
-                f"cannot connect to {self.socket_path}: {exc.strerror or exc}"
-            ) from None
         self._sock = sock
         if self.name is not None:
             self.request("hello", client=self.name)

@@ -54,6 +54,15 @@ class Usage(Exception):
     """A command-line mistake: exit 2."""
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)}
+_CONTROL.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+
+
+def safe(text: object) -> str:
+    """Text from a device or a client, with control characters escaped (no terminal tricks)."""
+    return str(text).translate(_CONTROL)
+
+
 def hexdump(data: bytes, width: int = 16) -> str:
     """Classic offset / hex / ASCII dump."""
     if not data:
@@ -150,7 +159,11 @@ def cmd_call(c: Client, args: argparse.Namespace) -> int:
             raise Usage(f"--file: {exc.strerror}: {args.file}") from None
     r = c.call(data, timeout=args.timeout, retry=args.retry, wait=args.wait)
     head = f"status 0x{r.status:02x}  {len(r.data)} bytes  {r.ms:.3f} ms  generation {r.generation}"
-    body = r.text if r.text is not None else hexdump(r.data)
+    body = (
+        "\n".join(safe(line) for line in r.text.split("\n"))
+        if r.text is not None
+        else hexdump(r.data)
+    )
     _out(args, f"{head}\n{body}", _reply_obj(r))
     return 0 if r.status == 0 else 1
 
@@ -234,7 +247,7 @@ def render_event(ev: dict[str, Any]) -> str:
         import base64
 
         data = base64.b64decode(ev.get("data", ""))
-        shown = ev["text"] if ev.get("text") is not None else data.hex(" ")
+        shown = safe(ev["text"]) if ev.get("text") is not None else data.hex(" ")
         return f"{stamp} device gen={ev.get('generation')} {shown}"
     if kind == "link":
         return f"{stamp} link {ev['state']} gen={ev['generation']} ({ev.get('reason')})"
@@ -242,7 +255,7 @@ def render_event(ev: dict[str, Any]) -> str:
         return f"{stamp} overflow: {ev.get('dropped')} events dropped (this client was slow)"
     if kind == "log":
         rec = dict(ev.get("record", {}))
-        return f"{stamp} log {rec.pop('level', '')} {rec.pop('msg', '')} {rec}"
+        return f"{stamp} log {safe(rec.pop('level', ''))} {safe(rec.pop('msg', ''))} {safe(rec)}"
     return f"{stamp} {json.dumps(ev)}"
 
 
@@ -256,8 +269,8 @@ def render_record(rec: dict[str, Any]) -> str:
     level = str(rec.pop("level", "")).upper()
     msg = rec.pop("msg", "")
     when = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
-    fields = " ".join(f"{k}={v}" for k, v in rec.items())
-    return f"{when} {level:<7} {msg} {fields}".rstrip()
+    fields = " ".join(f"{safe(k)}={safe(v)}" for k, v in rec.items())
+    return f"{when} {safe(level):<7} {safe(msg)} {fields}".rstrip()
 
 
 def render_traffic(ev: dict[str, Any]) -> str:

@@ -148,6 +148,7 @@ class Daemon:
         self.session.set_debug(logs.level_enabled(new.log.level))
         self.session.reconfigure(new)
         self.server.debug = logs.level_enabled(new.log.level)
+        self.server.reevaluate_roles()
         self.server.cfg = new
         if any(k.startswith(_DEVICE_KEYS) for k in changed):
             if new.device.port != old.device.port and self.sim is None:
@@ -164,6 +165,7 @@ async def serve(cfg: Config, config_path: str | None, socket_override: str | Non
     loop = asyncio.get_running_loop()
     d = Daemon(cfg, config_path, socket_override=socket_override)
     log.info("starting", version=__version__, port=cfg.device.port, codec=cfg.device.codec)
+    _raise_fd_limit(cfg.api.max_clients)
     try:
         listen = systemd.listen_socket()
     except OSError as exc:
@@ -233,6 +235,28 @@ async def serve(cfg: Config, config_path: str | None, socket_override: str | Non
         await d.sim.stop()
     log.info("stopped")
     return 0
+
+
+def _raise_fd_limit(max_clients: int) -> None:
+    """Room for max_clients connections plus the link, sim and spares (soft limit only).
+
+    Units may forbid setrlimit (SystemCallFilter=~@resources): then say so and go on.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max_clients + 64
+    if soft >= want:
+        return
+    new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    except (OSError, ValueError) as exc:
+        new = soft
+        log.warning("fd_limit_unchanged", soft=soft, wanted=want, error=str(exc))
+    if new < want:
+        hint = "raise LimitNOFILE= (or ulimit -n): connections past it wait unanswered"
+        log.warning("fd_limit_low", limit=new, max_clients=max_clients, hint=hint)
 
 
 def _reload_on_signal(d: Daemon) -> None:

@@ -126,7 +126,7 @@ class ClientConn(asyncio.Protocol):
     # --- output -------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         transport = self.transport
-        if self.closed or transport is None:
+        if self.closed or transport is None or transport.is_closing():
             return
         transport.write(data)
         if transport.get_write_buffer_size() > self.server.cfg.api.max_backlog:
@@ -153,26 +153,28 @@ class ClientConn(asyncio.Protocol):
 
     # --- input --------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
+        oversize = None
         try:
             bodies = self.decoder.feed(data)
         except wire.Oversize as exc:
-            log.info("message_too_large", client=repr(self), length=exc.length)
-            self.server.count_limit("max_message")
-            self.send(wire.error_reply(None, "too_large", str(exc)))
-            self.close()
-            return
+            oversize, bodies = exc, exc.bodies
         if len(bodies) == 1:
             self.handle(bodies[0])
-            return
-        session = self.server.session
-        session.hold()  # a burst of requests becomes one write to the device
-        try:
-            for body in bodies:
-                if self.closed:
-                    return
-                self.handle(body)
-        finally:
-            session.flush()
+        elif bodies:
+            session = self.server.session
+            session.hold()  # a burst of requests becomes one write to the device
+            try:
+                for body in bodies:
+                    if self.closed:
+                        break
+                    self.handle(body)
+            finally:
+                session.flush()
+        if oversize is not None and not self.closed:
+            log.info("message_too_large", client=repr(self), length=oversize.length)
+            self.server.count_limit("max_message")
+            self.send(wire.error_reply(None, "too_large", str(oversize)))
+            self.close()
 
     def handle(self, body: bytes) -> None:
         try:
@@ -285,6 +287,18 @@ class ApiServer:
         )
         if self.on_clients_changed is not None:
             self.on_clients_changed()
+
+    def reevaluate_roles(self) -> None:
+        """After a reload: every connected client gets the role the new lists give it."""
+        for conn in list(self.clients):
+            role = role_for(conn.uid, conn.gid, self.cfg.api.roles)
+            if role is None:
+                log.info("client_refused", client=repr(conn), client_pid=conn.pid, reason="no role")
+                self.count_limit("no_role")
+                conn.refuse("forbidden", "after a reload your uid/gid matches no role")
+            elif role != conn.role:
+                log.info("client_role_changed", client=repr(conn), old=conn.role, new=role)
+                conn.role = role
 
     def detach(self, conn: ClientConn) -> None:
         if conn not in self.clients:

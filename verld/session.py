@@ -193,10 +193,26 @@ class Session:
             call.timer = self._loop.call_at(now + call.timeout, self._wait_expired, call)
 
     def forget_owner(self, owner: Hashable) -> None:
-        """A client went away: its queued calls are dropped unsent, in-flight ones run out."""
+        """A client went away: its queued calls are dropped unsent.
+
+        With seqs (verl) its calls on the link are abandoned too, freeing their window
+        slots at once: a reply that still comes is then stale, like any late reply.
+        Without seqs the one call on the link runs out, so its reply cannot be taken
+        for the next call's.
+        """
         for call in self.queue.drop_owner(owner):
             if call.timer is not None:
                 call.timer.cancel()
+        if not self.codec.pipelined:
+            return
+        abandoned = [c for c in self._inflight.values() if c.owner is owner and not c.is_ping]
+        for call in abandoned:
+            del self._inflight[call.seq]
+            if call.timer is not None:
+                call.timer.cancel()
+            self.queue.release(call)
+        if abandoned:
+            self._pump()
 
     def request_reconnect(self, reason: str = "reconnect requested") -> None:
         """Drop the link now and reopen it (the admin `reconnect` op)."""

@@ -51,6 +51,9 @@ OPS = frozenset(
 )
 
 Id = int | str | None
+#: the longest per-try timeout a call may ask for (one hour): a call cannot hold a
+#: window slot, and so the device, longer than this per try
+MAX_SECONDS = 3600
 
 
 class ApiError(Exception):
@@ -66,9 +69,10 @@ class ApiError(Exception):
 class Oversize(Exception):
     """A frame announced a length above max_message: answer too_large, then close."""
 
-    def __init__(self, length: int) -> None:
+    def __init__(self, length: int, bodies: list[bytes] | None = None) -> None:
         super().__init__(f"message of {length} bytes exceeds max_message")
         self.length = length
+        self.bodies = bodies or []  #: complete messages that came before the oversize one
 
 
 def encode(obj: dict[str, Any]) -> bytes:
@@ -85,7 +89,12 @@ def error_reply(req_id: Id, code: str, message: str, **extra: Any) -> dict[str, 
 
 
 class MessageDecoder:
-    """Splits a byte stream into message bodies; raises Oversize on a too-long length."""
+    """Splits a byte stream into message bodies.
+
+    A length above max_message raises Oversize, carrying the bodies completed before
+    it in the same feed (`bodies`): the server answers those, then too_large, then
+    closes.
+    """
 
     def __init__(self, max_message: int) -> None:
         self.max_message = max_message
@@ -101,7 +110,7 @@ class MessageDecoder:
             n = int.from_bytes(buf[pos : pos + _HEADER], "big")
             if n > self.max_message:
                 del buf[:]
-                raise Oversize(n)
+                raise Oversize(n, out)
             if end - pos - _HEADER < n:
                 break
             out.append(bytes(buf[pos + _HEADER : pos + _HEADER + n]))
@@ -163,10 +172,14 @@ def _positive_number(req: Request, key: str) -> float | None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
+        or (isinstance(value, float) and not math.isfinite(value))
+        or not 0 < value <= MAX_SECONDS
     ):
-        raise ApiError("bad_request", f"'{key}' must be a positive number", req.id)
+        raise ApiError(
+            "bad_request",
+            f"'{key}' must be a number of seconds, 0 < {key} <= {MAX_SECONDS}",
+            req.id,
+        )
     return float(value)
 
 

@@ -103,6 +103,7 @@ class LineCodec:
         self._error = None if error is None else re.compile(error)
         self._event = None if event is None else re.compile(event)
         self._reply: list[str] = []  #: lines of a multi-line reply so far
+        self._reply_raw: list[bytes] = []  #: the same lines as the device sent them
         self._reply_size = 0  #: their bytes, newlines included
         self._overlong_replies = 0
         self._overlong = False  #: the reply outgrew max_payload: discard it up to `end`
@@ -142,6 +143,7 @@ class LineCodec:
             self._overlong = not done
             return None
         self._reply.append(text)
+        self._reply_raw.append(raw)
         self._reply_size += len(raw) + (len(self._newline) if len(self._reply) > 1 else 0)
         if self._reply_size > self._max_payload:
             self._overlong_replies += 1
@@ -150,15 +152,18 @@ class LineCodec:
             return None
         if not done:
             return None
-        lines = self._reply
+        lines, raw_lines = self._reply, self._reply_raw
         self._drop_reply()
         error = self._error
         failed = error is not None and any(error.search(line) for line in lines)
         reply_text = "\n".join(lines)
-        data = reply_text.encode(self._encoding, "replace")
+        # The device's own bytes (the text, encoded, whenever they decode cleanly), so
+        # undecodable bytes reach the client unchanged and data stays within max_payload.
+        data = self._newline.join(raw_lines)
         return Inbound(Kind.REPLY, None, 0xFF if failed else 0x00, data, reply_text)
 
     def _drop_reply(self) -> None:
         self._reply = []
+        self._reply_raw = []
         self._reply_size = 0
         self._overlong = False
