@@ -63,8 +63,8 @@ install:
 	@test -n '$(DESTDIR)' || echo 'verld installed; now: systemd-sysusers; systemd-tmpfiles --create;' \
 		'udevadm control --reload; systemctl daemon-reload; systemctl enable --now verld.socket'
 
-# `make bench`: tools/bench's full run (direct pty vs socat vs verld, interleaved rounds, about
-# 6 minutes); refreshes docs/bench.json, docs/bench.png and the figures in docs/benchmarks.md.
+# `make bench`: tools/bench's full run (direct pty vs socat vs verld, interleaved rounds, 6 to 10
+# minutes); refreshes docs/bench.json, docs/bench.png and the figures in docs/benchmarks.md.
 .PHONY: bench
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'

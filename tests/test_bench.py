@@ -1,0 +1,103 @@
+"""tools/bench --quick: a smoke run of the benchmark, checking invariants only (no speeds)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: figures every path reports (a number), and those only some paths can
+COMMON = ("lat32_p50_us", "lat32_p99_us", "lat1k_p50_us", "lat1k_p99_us", "calls_c1")
+ONLY = {
+    "direct": ("calls_inflight8", "paced_util_c1", "paced_util_c8"),
+    "socat": ("calls_inflight8", "cpu_us_c1", "cpu_us_pipelined"),
+    "verld": (
+        "calls_c16",
+        "calls_c64",
+        "calls_p16x8_w8",
+        "calls_p16x8_w32",
+        "cpu_us_c1",
+        "cpu_us_pipelined",
+        "rss_mib_c64",
+        "ready_s",
+        "idle_cpu_percent",
+        "paced_util_c1",
+        "paced_util_c8",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Any]:
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tools" / "bench"),
+            "--quick",
+            "--rounds",
+            "1",
+            "--idle-seconds",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    result = json.loads(out.read_text()) if out.exists() else None
+    return proc, result
+
+
+@pytest.mark.timeout(120)
+class TestQuickBench:
+    def test_exits_zero_with_every_call_answered(self, bench: Any) -> None:
+        """The quick run exits 0 and reports no wrong or missing reply."""
+        proc, result = bench
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert result is not None and result["ok"] is True and result["errors"] == []
+
+    def test_json_has_every_path_and_figure(self, bench: Any) -> None:
+        """Every path has every figure key; the ones it can measure are numbers."""
+        _, result = bench
+        paths = ["direct", "socat", "verld"] if shutil.which("socat") else ["direct", "verld"]
+        figures = result["summary"]["figures"]
+        assert sorted(figures) == sorted(paths)
+        keys = set(figures["verld"])
+        for path in paths:
+            assert set(figures[path]) == keys
+            for key in (*COMMON, *ONLY[path]):
+                assert isinstance(figures[path][key], int | float), (path, key)
+
+    def test_every_workload_answered_every_call(self, bench: Any) -> None:
+        """In every round and workload, the generator sent calls and each got its right reply."""
+        _, result = bench
+        runs = [
+            w
+            for r in result["rounds"]
+            for p in ("direct", "socat", "verld")
+            for w in (r.get(p) or {}).values()
+            if isinstance(w, dict)
+        ]
+        runs += [w for r in result["paced"]["rounds"] for w in r.values()]
+        assert runs
+        for run in runs:
+            assert run["calls"] > 0 and run["errors"] == 0 and run["missing"] == 0
+            assert run["answered"] == run["sent"]
+
+    def test_targets_are_reported(self, bench: Any) -> None:
+        """Each target carries a measured value, the target and a pass/fail verdict."""
+        _, result = bench
+        targets = result["summary"]["targets"]
+        assert len(targets) >= 8
+        for t in targets:
+            assert isinstance(t["measured"], int | float) and isinstance(t["pass"], bool)
