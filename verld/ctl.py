@@ -54,7 +54,7 @@ class Usage(Exception):
     """A command-line mistake: exit 2."""
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)}
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), *range(127, 160))}  # C0, DEL, C1
 _CONTROL.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
 
 

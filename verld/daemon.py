@@ -148,8 +148,8 @@ class Daemon:
         self.session.set_debug(logs.level_enabled(new.log.level))
         self.session.reconfigure(new)
         self.server.debug = logs.level_enabled(new.log.level)
-        self.server.reevaluate_roles()
         self.server.cfg = new
+        self.server.reevaluate_roles()
         if any(k.startswith(_DEVICE_KEYS) for k in changed):
             if new.device.port != old.device.port and self.sim is None:
                 self.session.set_port(new.device.port)
@@ -164,7 +164,9 @@ async def serve(cfg: Config, config_path: str | None, socket_override: str | Non
     """Run until SIGTERM/SIGINT; returns the exit code."""
     loop = asyncio.get_running_loop()
     d = Daemon(cfg, config_path, socket_override=socket_override)
-    log.info("starting", version=__version__, port=cfg.device.port, codec=cfg.device.codec)
+    loop_name = type(loop).__module__.split(".")[0]
+    log.info("starting", version=__version__, port=cfg.device.port, codec=cfg.device.codec,
+             event_loop=loop_name)  # fmt: skip
     _raise_fd_limit(cfg.api.max_clients)
     try:
         listen = systemd.listen_socket()
@@ -322,9 +324,27 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     try:
-        return asyncio.run(serve(cfg, args.config, args.socket))
+        with _runner() as runner:
+            return runner.run(serve(cfg, args.config, args.socket))
     except KeyboardInterrupt:
         return 0
+
+
+def _runner() -> asyncio.Runner:
+    """uvloop when installed (the `fast` extra), else asyncio's own loop.
+
+    $VERLD_EVENT_LOOP=asyncio forces the standard loop; =uvloop insists on uvloop.
+    """
+    choice = os.environ.get("VERLD_EVENT_LOOP", "auto")
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                print("verld: VERLD_EVENT_LOOP=uvloop but uvloop is not installed", file=sys.stderr)
+        else:
+            return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    return asyncio.Runner()
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -86,8 +86,8 @@ class ClientConn(asyncio.Protocol):
 
     # --- lifecycle --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport: asyncio's or uvloop's (which is not an asyncio.Transport).
+        transport = self.transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
