@@ -332,3 +332,26 @@ class TestOtherCodecs:
                 d.stop()
         finally:
             sim.stop()
+
+
+class TestEventLoops:
+    @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+    def test_calls_events_and_leases_on_either_loop(
+        self, tmp_path: Path, sim: SimProc, loop: str
+    ) -> None:
+        """Both event loops (stdlib asyncio and uvloop) serve calls, events and peer creds."""
+        if loop == "uvloop":
+            pytest.importorskip("uvloop")
+        d = DaemonProc(write_config(tmp_path, sim.link), env={"VERLD_EVENT_LOOP": loop})
+        try:
+            assert f'"event_loop":"{loop}"' in d.log()
+            c = d.client()
+            assert c.hello()["role"] == "admin"
+            assert c.call(b"\x01" + bytes(300)).data == bytes(300)
+            sub = d.client()
+            sub.subscribe(["events"])
+            c.call(b"\x06\x00\x01")
+            assert next(sub.events())["event"] == "device"
+            assert c.request("lease", seconds=5)["lease"]
+        finally:
+            assert d.stop() == 0
