@@ -486,6 +486,9 @@ class ApiServer:
         def done(result: CallResult) -> None:
             if conn.closed:
                 return
+            if result.error is None and not text_codec:
+                conn.write(wire.ok_call_reply(req_id, 0, result.data, result.ms, result.generation))
+                return
             if result.error is None or result.status is not None:
                 reply: dict[str, Any] = {
                     "id": req_id,

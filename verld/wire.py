@@ -129,10 +129,14 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# One decoder for every message: json.loads with an argument builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def decode_json(body: bytes) -> Any:
     """Parse one body; any failure (bad UTF-8, deep nesting, NaN, huge ints) is ValueError."""
     try:
-        return json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+        return _DECODER.decode(body.decode("utf-8"))
     except (ValueError, RecursionError, UnicodeDecodeError, MemoryError) as exc:
         raise ValueError(str(exc) or type(exc).__name__) from None
 
@@ -235,6 +239,19 @@ def topics_field(req: Request, *, required: bool) -> frozenset[str] | None:
         known = ", ".join(sorted(TOPICS))
         raise ApiError("bad_request", f"unknown topic {unknown[0]!r} (known: {known})", req.id)
     return frozenset(topics)
+
+
+def ok_call_reply(req_id: int | str, status: int, data: bytes, ms: float, generation: int) -> bytes:
+    """The framed success reply of a call, formatted directly (the per-call hot path).
+
+    Byte for byte what `encode` makes of the same dict for the fields this takes.
+    """
+    rid = str(req_id) if isinstance(req_id, int) else json.dumps(req_id)
+    body = (
+        f'{{"id":{rid},"ok":true,"status":{status},"data":"{b64(data)}",'
+        f'"ms":{round(ms, 3)!r},"generation":{generation}}}'
+    ).encode()
+    return len(body).to_bytes(4, "big") + body
 
 
 def b64(data: bytes) -> str:
