@@ -173,3 +173,41 @@ class TestLimits:
             slow.close()
         finally:
             d.stop()
+
+
+class TestAbandonedCalls:
+    def test_departed_clients_call_frees_the_window(self, tmp_path: Path, sim: SimProc) -> None:
+        """verl: a client that leaves with calls on the link frees their window slots at once."""
+        d = start(tmp_path, sim, device={"window": 2})
+        try:
+            gone = Client(d.socket, timeout=5).connect()
+            slow = b"\x03" + struct.pack(">H", 2000)
+            for i in range(2):
+                gone.send({"op": "call", "id": i, "data": base64.b64encode(slow).decode(),
+                           "timeout": 60})  # fmt: skip
+            wait_for(lambda: d.status()["inflight"] == 2, 5, "two calls on the link")
+            gone.close()
+            r = d.client().call(b"\x01next", timeout=1)
+            assert r.data == b"next" and r.ms < 1500
+        finally:
+            d.stop()
+
+    def test_length_abandoned_call_runs_out_within_device_timeout(self, tmp_path: Path) -> None:
+        """length: a departed client's long call holds the device no longer than device.timeout."""
+        sim = SimProc(tmp_path, codec="length")
+        d = DaemonProc(
+            write_config(tmp_path, sim.link, {"device": {"codec": "length", "timeout": 0.5}})
+        )
+        try:
+            gone = Client(d.socket, timeout=5).connect()
+            sim.control("set drop 1")  # the device never answers this one
+            gone.send({"op": "call", "id": 1, "data": base64.b64encode(b"\x01lost").decode(),
+                       "timeout": 600})  # fmt: skip
+            wait_for(lambda: d.status()["inflight"] == 1, 5, "the call on the link")
+            sim.control("reset")
+            gone.close()
+            r = d.client().call(b"\x01after", timeout=2, wait=True)
+            assert r.data == b"after"
+        finally:
+            d.stop()
+            sim.stop()

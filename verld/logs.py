@@ -100,6 +100,23 @@ def _json_renderer(_logger: Any, _method: str, event_dict: MutableMapping[str, A
     return json.dumps(event_dict, default=str, separators=(",", ":"))
 
 
+class _StdlibBridge(logging.Handler):
+    """Records from the stdlib `logging` (asyncio's, mostly) go through structlog too,
+    so they reach the same format, journal and ring buffer instead of raw stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields: dict[str, Any] = {"logger": record.name}
+            if record.exc_info and record.exc_info[1] is not None:
+                fields["error"] = repr(record.exc_info[1])
+            method = record.levelname.lower() if record.levelno < logging.CRITICAL else "error"
+            getattr(structlog.get_logger("stdlib"), method, structlog.get_logger().error)(
+                record.getMessage(), **fields
+            )
+        except Exception:  # a log line must never take the daemon down
+            self.handleError(record)
+
+
 def setup(level: str = "INFO", fmt: str = "auto") -> str:
     """Configure structlog; returns the format actually used."""
     fmt = resolve_format(fmt)
@@ -126,6 +143,9 @@ def setup(level: str = "INFO", fmt: str = "auto") -> str:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+    root = logging.getLogger()
+    root.handlers[:] = [_StdlibBridge()]
+    root.setLevel(logging.WARNING)
     if unavailable is not None:
         structlog.get_logger("verld.logs").warning(
             "journal_unavailable", reason=unavailable, fallback="json"

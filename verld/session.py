@@ -204,6 +204,7 @@ class Session:
             if call.timer is not None:
                 call.timer.cancel()
         if not self.codec.pipelined:
+            self._shorten_abandoned(owner)
             return
         abandoned = [c for c in self._inflight.values() if c.owner is owner and not c.is_ping]
         for call in abandoned:
@@ -213,6 +214,16 @@ class Session:
             self.queue.release(call)
         if abandoned:
             self._pump()
+
+    def _shorten_abandoned(self, owner: Hashable) -> None:
+        """Without seqs the departed client's call must run out, but no longer than
+        device.timeout: a long per-call timeout cannot hold the device for nobody."""
+        limit = self.cfg.device.timeout
+        for call in self._inflight.values():
+            if call.owner is owner and call.timeout > limit and call.timer is not None:
+                call.timer.cancel()
+                call.retry = 0
+                call.timer = self._loop.call_at(self._loop.time() + limit, self._on_timeout, call)
 
     def request_reconnect(self, reason: str = "reconnect requested") -> None:
         """Drop the link now and reopen it (the admin `reconnect` op)."""
