@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,20 +27,6 @@ def verlctl(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]
         timeout=timeout,
         check=False,
     )
-
-
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimProc]:
-    s = SimProc(tmp_path)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, sim: SimProc) -> Iterator[DaemonProc]:
-    d = DaemonProc(write_config(tmp_path, sim.link))
-    yield d
-    d.stop()
 
 
 class TestVerlctl:

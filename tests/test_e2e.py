@@ -11,7 +11,6 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +20,6 @@ from support import DaemonProc, SimProc, wait_for, write_config
 from verld.client import Client, ClientError, RemoteFailure
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimProc]:
-    s = SimProc(tmp_path)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, sim: SimProc) -> Iterator[DaemonProc]:
-    d = DaemonProc(write_config(tmp_path, sim.link))
-    yield d
-    d.stop()
 
 
 def raw_send(sock: socket.socket, payload: bytes) -> None:

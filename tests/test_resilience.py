@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,20 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 HB_INTERVAL, HB_MISSES, HB_TIMEOUT = 1.0, 3, 0.5
 RECONNECT_MAX = 0.5
 MARGIN = 1.5  # scheduling slack on a busy two-core machine
-
-
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimProc]:
-    s = SimProc(tmp_path)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, sim: SimProc) -> Iterator[DaemonProc]:
-    d = DaemonProc(write_config(tmp_path, sim.link))
-    yield d
-    d.stop()
 
 
 def start(tmp_path: Path, port: str, **overrides: Any) -> DaemonProc:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import socket
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,22 +16,8 @@ from verld.client import Client, ClientError
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimProc]:
-    s = SimProc(tmp_path)
-    yield s
-    s.stop()
-
-
 def start(tmp_path: Path, sim: SimProc, **overrides: Any) -> DaemonProc:
     return DaemonProc(write_config(tmp_path, sim.link, overrides))
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, sim: SimProc) -> Iterator[DaemonProc]:
-    d = start(tmp_path, sim)
-    yield d
-    d.stop()
 
 
 class TestLease:

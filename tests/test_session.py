@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,13 +15,6 @@ from verld.link import LinkState, Transition
 from verld.session import Session, make_codec
 
 pytestmark = pytest.mark.timeout(30)
-
-
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimProc]:
-    s = SimProc(tmp_path)
-    yield s
-    s.stop()
 
 
 async def with_session(sim: SimProc, body: Any, debug: bool = False) -> list[Transition]:
