@@ -340,3 +340,20 @@ class TestEventLoops:
             assert c.request("lease", seconds=5)["lease"]
         finally:
             assert d.stop() == 0
+
+
+class TestReload:
+    def test_reload_moves_to_a_new_device(self, tmp_path: Path, daemon: DaemonProc) -> None:
+        """A reload that changes device.port reconnects to the new device, no restart."""
+        other_dir = tmp_path / "other"
+        other_dir.mkdir()
+        other = SimProc(other_dir)
+        try:
+            write_config(tmp_path, other.link)  # same file the daemon was started with
+            changed = daemon.client().request("reload")["changed"]
+            assert "device.port" in changed
+            link = daemon.wait_state("up", min_generation=2)
+            assert link["port"] == other.link
+            assert daemon.client().call(b"\x01moved").data == b"moved"
+        finally:
+            other.stop()

@@ -151,11 +151,8 @@ class Daemon:
         self.server.cfg = new
         self.server.reevaluate_roles()
         if any(k.startswith(_DEVICE_KEYS) for k in changed):
-            if new.device.port != old.device.port and self.sim is None:
-                self.session.set_port(new.device.port)
-            self.session.codec = make_codec(new)
-            self.session.window = new.device.window if self.session.codec.pipelined else 1
-            self.session.request_reconnect("device settings changed by reload")
+            new_port = new.device.port if new.device.port != old.device.port else None
+            self.session.replace_device(make_codec(new), None if self.sim else new_port)
         log.info("reloaded", changed=",".join(changed) or "nothing")
         return changed
 
@@ -186,7 +183,7 @@ async def serve(cfg: Config, config_path: str | None, socket_override: str | Non
     session.set_debug(logs.level_enabled(cfg.log.level))
     server = d.server = ApiServer(cfg, session, on_reload=d.reload)
     server.debug = logs.level_enabled(cfg.log.level)
-    session._on_event = server.device_event
+    session.on_event = server.device_event
     server.on_clients_changed = d.status_line
     try:
         await server.start(listen)

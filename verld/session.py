@@ -82,7 +82,8 @@ class Session:
         self.cfg = cfg
         self.codec = codec
         self.port = port
-        self._on_event = on_event
+        #: where device events go (the server's fan-out); replaceable after construction
+        self.on_event = on_event
         self._on_link = on_link
         self._loop = asyncio.get_running_loop()
         rc, hb = cfg.reconnect, cfg.heartbeat
@@ -145,6 +146,14 @@ class Session:
     def set_debug(self, enabled: bool) -> None:
         """Per-call DEBUG lines cost even when filtered: build them only when wanted."""
         self._debug = enabled
+
+    def replace_device(self, codec: LinkCodec, port: str | None = None) -> None:
+        """New device settings (a reload): new codec (and port), then reconnect."""
+        self.codec = codec
+        self.window = self.cfg.device.window if codec.pipelined else 1
+        if port is not None:
+            self.set_port(port)
+        self.request_reconnect("device settings changed by reload")
 
     def set_port(self, port: str) -> None:
         """Use another device (a reload changed device.port); takes effect on reconnect."""
@@ -455,7 +464,7 @@ class Session:
                         self._on_reply(frame, now)
                     elif self.link.state is LinkState.UP:
                         self.counters.events += 1
-                        self._on_event(frame.data, frame.text, self.link.generation)
+                        self.on_event(frame.data, frame.text, self.link.generation)
                     else:  # before the handshake reply: left over from an earlier session
                         self.early_events += 1
             finally:
