@@ -22,8 +22,9 @@ from verld import __version__, httpmetrics, logs, systemd
 from verld.config import Config, changed_keys, default_config, load_config
 from verld.errors import ConfigError
 from verld.link import Transition
-from verld.server import ApiServer, SocketInUse
+from verld.server import ApiServer
 from verld.session import Session, make_codec
+from verld.sockfile import SocketInUse
 
 log = structlog.get_logger("verld.daemon")
 

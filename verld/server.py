@@ -1,58 +1,38 @@
-"""The Unix-socket client API: one protocol object per connection.
+"""The Unix-socket client API server: accepts clients, routes ops, fans out events.
 
-Strategy: each connection decodes length-prefixed JSON (`wire`), checks the op
-against its role, and hands calls to the session with a callback that writes the
-reply back to this connection only. Events are encoded once and written to every
-subscriber. A subscriber that stops reading first loses events (counted, then an
-`overflow` event once it drains), and is disconnected when even its replies pile
-up past `api.max_backlog`: nobody else waits for it.
+Strategy: each connection (`conn.ClientConn`) decodes and role-checks requests and
+hands them to `dispatch`. Calls go to the session with a callback that writes the
+reply back to the asking connection only. Events are encoded once and written to
+every subscriber; a subscriber that lags loses events (counted, then `overflow`)
+and is dropped past `api.max_backlog`, so nobody else waits for it. Leases and the
+traffic/wire taps live here too: both are about which connection sees what.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import secrets
 import socket
-import stat
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import structlog
 
 from verld import API_VERSION, __version__, wire
 from verld.calls import Call, CallResult
 from verld.config import Config, tcp_target
+from verld.conn import ClientConn
 from verld.link import Transition
 from verld.logs import RING, Record
 from verld.metrics import prometheus_text
-from verld.roles import ROLE_RANK, role_for
+from verld.roles import role_for
 from verld.session import Session
+from verld.sockfile import clear_stale_socket, set_group
 
 log = structlog.get_logger("verld.server")
-
-_OP_ROLE = {
-    "hello": "observer",
-    "status": "observer",
-    "subscribe": "observer",
-    "unsubscribe": "observer",
-    "logs": "observer",
-    "metrics": "observer",
-    "call": "controller",
-    "lease": "controller",
-    "release": "controller",
-    "reconnect": "admin",
-    "reload": "admin",
-}
-_PEERCRED = struct.Struct("3i")
-
-
-class SocketInUse(Exception):
-    """Another live process serves the socket path."""
 
 
 @dataclass
@@ -63,133 +43,6 @@ class Lease:
     token: str
     expires: float  # loop time
     timer: asyncio.TimerHandle
-
-
-class ClientConn(asyncio.Protocol):
-    """One API client."""
-
-    def __init__(self, server: ApiServer) -> None:
-        self.server = server
-        self.transport: asyncio.Transport | None = None
-        self.decoder = wire.MessageDecoder(server.cfg.api.max_message)
-        self.pid = self.uid = self.gid = -1
-        self.role = "observer"
-        self.name = ""
-        self.topics: frozenset[str] = frozenset()
-        self.paused = False
-        self.dropped = 0
-        self.closed = False
-        self.serial = server.next_serial()
-
-    def __repr__(self) -> str:
-        return f"client#{self.serial}(pid={self.pid})"
-
-    # --- lifecycle --------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A stream transport: asyncio's or uvloop's (which is not an asyncio.Transport).
-        transport = self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-                self.pid, self.uid, self.gid = _PEERCRED.unpack(raw)
-            except OSError:
-                pass
-        backlog = self.server.cfg.api.max_backlog
-        high = max(64 * 1024, backlog // 4)
-        transport.set_write_buffer_limits(high=high, low=high // 4)
-        self.server.attach(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.server.detach(self)
-
-    def refuse(self, code: str, message: str) -> None:
-        """Answer one error (id null) and close: used at connect."""
-        self.send(wire.error_reply(None, code, message))
-        self.close()
-
-    def close(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.closed = True
-            self.transport.close()
-
-    def pause_writing(self) -> None:
-        self.paused = True
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        if self.dropped:
-            dropped, self.dropped = self.dropped, 0
-            self.write(wire.encode({"event": "overflow", "dropped": dropped}))
-
-    # --- output -------------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        transport = self.transport
-        if self.closed or transport is None or transport.is_closing():
-            return
-        transport.write(data)
-        if transport.get_write_buffer_size() > self.server.cfg.api.max_backlog:
-            log.warning(
-                "client_dropped",
-                client=repr(self),
-                reason="max_backlog exceeded",
-                backlog=transport.get_write_buffer_size(),
-            )
-            self.server.count_limit("max_backlog")
-            self.closed = True
-            transport.abort()
-
-    def send(self, obj: dict[str, Any]) -> None:
-        self.write(wire.encode(obj))
-
-    def send_event(self, data: bytes) -> None:
-        """An already-encoded event; dropped (and counted) while this client lags."""
-        if self.paused or self.dropped:
-            self.dropped += 1
-            self.server.events_dropped += 1
-            return
-        self.write(data)
-
-    # --- input --------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
-        oversize = None
-        try:
-            bodies = self.decoder.feed(data)
-        except wire.Oversize as exc:
-            oversize, bodies = exc, exc.bodies
-        if len(bodies) == 1:
-            self.handle(bodies[0])
-        elif bodies:
-            session = self.server.session
-            session.hold()  # a burst of requests becomes one write to the device
-            try:
-                for body in bodies:
-                    if self.closed:
-                        break
-                    self.handle(body)
-            finally:
-                session.flush()
-        if oversize is not None and not self.closed:
-            log.info("message_too_large", client=repr(self), length=oversize.length)
-            self.server.count_limit("max_message")
-            self.send(wire.error_reply(None, "too_large", str(oversize)))
-            self.close()
-
-    def handle(self, body: bytes) -> None:
-        try:
-            req = wire.parse_request(body)
-            need = _OP_ROLE[req.op]
-            if ROLE_RANK[self.role] < ROLE_RANK[need]:
-                raise wire.ApiError(
-                    "forbidden", f"'{req.op}' needs role {need}; you are {self.role}", req.id
-                )
-            self.server.dispatch(self, req)
-        except wire.ApiError as exc:
-            self.server.api_errors[exc.code] = self.server.api_errors.get(exc.code, 0) + 1
-            if self.server.debug:
-                log.debug("request_refused", client=repr(self), code=exc.code, why=exc.message)
-            self.send(wire.error_reply(exc.req_id, exc.code, exc.message))
 
 
 class ApiServer:
@@ -232,14 +85,14 @@ class ApiServer:
             self._server = await loop.create_unix_server(lambda: ClientConn(self), sock=listen_sock)
             return
         path = self.cfg.api.socket
-        _clear_stale_socket(path)
+        clear_stale_socket(path)
         parent = os.path.dirname(path)
         if parent:
             os.makedirs(parent, exist_ok=True)
         self._server = await loop.create_unix_server(lambda: ClientConn(self), path=path)
         os.chmod(path, self.cfg.api.mode)  # after bind: correct under any umask
         if self.cfg.api.group is not None:
-            _set_group(path, self.cfg.api.group)
+            set_group(path, self.cfg.api.group)
         st = os.stat(path)
         self._owned_path = (path, st.st_dev, st.st_ino)
 
@@ -575,47 +428,3 @@ class ApiServer:
     def _on_log(self, record: Record) -> None:
         if self.subscribers["logs"]:
             self.broadcast("logs", {"event": "log", "record": record})
-
-
-def _set_group(path: str, group: str | int) -> None:
-    """Give the socket its group; a failure (no CAP_CHOWN, seccomp) is logged, not fatal."""
-    try:
-        gid = _gid(group)
-        if os.stat(path).st_gid != gid:
-            os.chown(path, -1, gid)
-    except KeyError:
-        log.error("socket_group_failed", path=path, group=group, error="no such group")
-    except OSError as exc:
-        hint = "run verld with that group, or use SocketGroup= on verld.socket"
-        log.error("socket_group_failed", path=path, group=group, error=exc.strerror, hint=hint)
-
-
-def _gid(group: str | int) -> int:
-    if isinstance(group, int):
-        return group
-    import grp
-
-    return grp.getgrnam(group).gr_gid
-
-
-def _clear_stale_socket(path: str) -> None:
-    """Remove a socket file left by a crashed run; refuse to steal a live one."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise SocketInUse(f"{path} exists and is not a socket; not touching it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(path)
-    except OSError as exc:
-        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
-            raise SocketInUse(f"cannot probe {path}: {exc.strerror}") from None
-        os.unlink(path)  # nobody listens: a stale file from a crashed run
-        log.info("stale_socket_removed", path=path)
-        return
-    finally:
-        probe.close()
-    raise SocketInUse(f"another process is already serving {path} (is verld running?)")
