@@ -457,11 +457,17 @@ class Session:
                     self.traffic("rx", kind, f.seq, f.status, f.data)
             self.counters.frames_rx += len(frames)
             self.link.activity(now)
-            self._holds += 1  # replies free window slots: refill them in one write
+            # Free the window slots first and refill them in one write, so the device
+            # works on the next calls while the replies go out to their clients.
+            matched = [self._match(f) if f.kind is Kind.REPLY else None for f in frames]
+            self._pump()
+            self._holds += 1  # replies to pings may pump again: still one write
             try:
-                for frame in frames:
-                    if frame.kind is Kind.REPLY:
-                        self._on_reply(frame, now)
+                for frame, call in zip(frames, matched, strict=True):
+                    if call is not None:
+                        self._complete(call, frame, now)
+                    elif frame.kind is Kind.REPLY:
+                        continue  # stale, counted by _match
                     elif self.link.state is LinkState.UP:
                         self.counters.events += 1
                         self.on_event(frame.data, frame.text, self.link.generation)
@@ -473,7 +479,8 @@ class Session:
             self.desyncs += 1
             self._lose(f"stream out of step: {self.codec.desync}")
 
-    def _on_reply(self, frame: Inbound, now: float) -> None:
+    def _match(self, frame: Inbound) -> Call | None:
+        """The outstanding call a reply answers (taken off the link), or None: stale."""
         seq = frame.seq
         if seq is None:
             call = next(iter(self._inflight.values()), None)
@@ -485,7 +492,10 @@ class Session:
             self.counters.stale += 1
             if self._debug:
                 log.debug("stale_reply", seq=seq)
-            return
+        return call
+
+    def _complete(self, call: Call, frame: Inbound, now: float) -> None:
+        """A matched reply: the call ends with the device's status and data."""
         if call.timer is not None:
             call.timer.cancel()
         self.link.reply(now)
