@@ -5,9 +5,10 @@ socket and a signal wake-up socket. Bytes read go to the sans-I/O `Device`,
 which returns timed answers; they wait in a heap until due, then move to one
 output buffer. Writes never block: the buffer drains as the fd accepts bytes
 (EAGAIN → wait for writable). With a baud rate set, writes are paced against a
-deadline (`next_free`) in slices of about 5 ms of line time, because a pty
-ignores the baud rate. Timers (due answers, pacing, replug, periodic unplug)
-set the select timeout.
+deadline in slices of about 5 ms of line time, because a pty ignores the baud
+rate: a slice is written when its last byte would have crossed the wire, and
+bytes read only reach the device once their own wire time has passed. Timers
+(due answers, pacing, replug, periodic unplug) set the select timeout.
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ class Sim:
         self._heap: list[tuple[float, int, bytes]] = []
         self._order = itertools.count()
         self._out = bytearray()
-        self._next_free = 0.0
+        self._next_free = 0.0  #: device→host line free again (paced)
+        self._slice_due: float | None = None  #: when the slice on the line has fully arrived
+        self._slice_len = 0
+        self._rx_free = 0.0  #: host→device line free again (paced)
+        self._line_busy = False  #: output was still queued when the last slice ended
         self._want_write = False
         self._watched: int | None = None
         self._read_paused_until: float | None = None
@@ -135,7 +140,7 @@ class Sim:
         if self._heap:
             deadlines.append(self._heap[0][0])
         if self._out and self.port.fd is not None and not self._want_write and self.faults.baud:
-            deadlines.append(self._next_free)
+            deadlines.append(self._slice_due if self._slice_due is not None else now)
         return max(0.0, min(deadlines) - now) if deadlines else None
 
     def _tick(self, now: float) -> None:
@@ -184,6 +189,10 @@ class Sim:
         if self._trace:
             log.debug("rx", hex=data.hex())
         now = time.monotonic()
+        if self.faults.baud:
+            # The request is only "there" once it has crossed the paced wire.
+            self._rx_free = max(self._rx_free, now) + len(data) / (self.faults.baud / 10)
+            now = self._rx_free
         for timed in self.device.feed(data, now):
             self._schedule(timed)
 
@@ -215,10 +224,20 @@ class Sim:
         fd = self.port.fd
         baud = self.faults.baud
         while self._out and fd is not None and not self._want_write:
-            if baud and now < self._next_free:
-                return
             rate = baud / 10
             size = max(1, int(rate * SLICE_TIME)) if baud else 65536
+            if baud:
+                # A slice is handed over when its last byte would have crossed the wire.
+                if self._slice_due is None:
+                    self._slice_len = min(size, len(self._out))
+                    # Back to back with the previous slice, or from now on an idle line;
+                    # a loop that woke a little late catches up instead of losing line time.
+                    busy = self._next_free >= now - CATCH_UP and self._line_busy
+                    start = self._next_free if busy else max(now, self._next_free)
+                    self._slice_due = start + self._slice_len / rate
+                if now < self._slice_due:
+                    return
+                size = self._slice_len
             try:
                 sent = os.write(fd, self._out[:size])
             except BlockingIOError:
@@ -229,8 +248,9 @@ class Sim:
             if self._trace:
                 log.debug("tx", hex=bytes(self._out[:sent]).hex())
             del self._out[:sent]
-            if baud and sent:
-                self._next_free = max(self._next_free, now - CATCH_UP) + sent / rate
+            if baud and sent and self._slice_due is not None:
+                self._next_free, self._slice_due = self._slice_due, None
+                self._line_busy = bool(self._out)  # more queued: the next slice follows
             if sent < size and self._out:
                 self._want_write = True
                 self._rewatch()
@@ -238,6 +258,7 @@ class Sim:
     def _forget_output(self) -> None:
         self._heap.clear()
         self._out.clear()
+        self._slice_due = None
         self._want_write = False
         self.device.reset()
 
