@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         type=_arg(parse_baud),
         default=0,
-        help="pace writes to N/10 bytes per second (0 = unpaced)",
+        help="pace the line both ways at N baud, N/10 bytes per second (0 = unpaced)",
     )
     f.add_argument("--hang", action="store_true", help="start hung: read requests, never answer")
     f.add_argument(
