@@ -79,7 +79,12 @@ class SimChild:
             str(cfg.device.max_payload),
         ]
         proc = await asyncio.create_subprocess_exec(
-            *args, stdout=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            preexec_fn=_die_with_parent,
+            # Its own session: Ctrl-C on `make run` reaches verld, which then stops the
+            # sim itself after draining, instead of the sim vanishing first.
+            start_new_session=True,
         )
         assert proc.stdout is not None
         try:

@@ -174,7 +174,7 @@ class Session:
     def submit(self, call: Call) -> None:
         """Accept a call; its `done` runs exactly once, maybe before this returns."""
         now = self._loop.time()
-        call.t_submit = now
+        call.t_submit = time.perf_counter()
         if self._debug:
             log.debug("call_received", client=call.owner, request_id=call.req_id,
                       bytes=len(call.payload))  # fmt: skip
@@ -345,7 +345,7 @@ class Session:
         ping = Call(
             None, self.ping_payload, done, timeout=self.cfg.heartbeat.timeout, retry=0, is_ping=True
         )
-        ping.t_submit = self._loop.time()
+        ping.t_submit = time.perf_counter()
         self._send([ping])
         return await fut
 
@@ -501,27 +501,12 @@ class Session:
         self.link.reply(now)
         status = frame.status
         if status == 0:
-            self._finish(call, None, "ok", status, frame.data, frame.text, now)
+            error, message = None, "ok"
         elif status == 0xFF:
-            self._finish(
-                call,
-                "remote_failure",
-                "the device reported failure (status 0xff)",
-                status,
-                frame.data,
-                frame.text,
-                now,
-            )
+            error, message = "remote_failure", "the device reported failure (status 0xff)"
         else:
-            self._finish(
-                call,
-                "device_error",
-                f"device status 0x{status:02x}",
-                status,
-                frame.data,
-                frame.text,
-                now,
-            )
+            error, message = "device_error", f"device status 0x{status:02x}"
+        self._finish(call, error, message, status, frame.data, frame.text)
         if call.is_ping:
             self._arm_heartbeat()
         if self.queue.ready():
@@ -612,11 +597,9 @@ class Session:
         status: int | None = None,
         data: bytes = b"",
         text: str | None = None,
-        now: float | None = None,
     ) -> None:
-        if now is None:
-            now = self._loop.time()
-        elapsed = now - call.t_submit if call.t_submit else 0.0
+        # perf_counter, not loop.time(): uvloop's clock ticks in whole milliseconds.
+        elapsed = time.perf_counter() - call.t_submit if call.t_submit else 0.0
         if not call.is_ping:
             c = self.counters
             c.calls += 1
@@ -670,7 +653,7 @@ class Session:
             retry=0,
             is_ping=True,
         )
-        ping.t_submit = now
+        ping.t_submit = time.perf_counter()
         self._send([ping])
 
     # --- losing the link ---------------------------------------------------------------
