@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import verld.config as config_module
+import verld.config.load as config_module
 from verld.config import (
     DEFAULT_ACTIONS,
     ApiConfig,

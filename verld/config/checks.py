@@ -1,17 +1,4 @@
-"""YAML config → frozen dataclasses, validated strictly.
-
-Strategy: the file is read by a SafeLoader subclass whose mappings and lists
-remember the YAML nodes they came from (so every message can name a line and
-quote what was literally written) and which records duplicate keys instead of
-letting the last one win. The tree is then walked against a schema: each key maps
-to a checker that returns the value or raises `_Bad` with a human message. The
-walk never stops at the first problem: every bad key and value is collected and
-one `ConfigError` lists them all, one `file:line: key.path: message` per line.
-
-The reference engine's flat format (`host`, `port`, `timeout`, `retry`,
-`log_level`, `adapter` at the top level) is read through the same machinery and
-mapped onto the sectioned config.
-"""
+"""Validation machinery: items with YAML marks, checkers, suggestions for unknown keys."""
 
 from __future__ import annotations
 
@@ -20,187 +7,35 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
 import yaml
-from yaml.constructor import ConstructorError
 
+from verld.config.model import (
+    _SUN_PATH_MAX,
+    _URL_SCHEMES,
+    CODECS,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    PARITIES,
+    ApiConfig,
+    Config,
+    DeviceConfig,
+    HeartbeatConfig,
+    LineConfig,
+    LogConfig,
+    MetricsConfig,
+    ReconnectConfig,
+    RoleList,
+    RolesConfig,
+    _host_port,
+)
 from verld.errors import ConfigError
 
 # ---------------------------------------------------------------------------
-# The config model
-
-
-@dataclass(frozen=True, slots=True)
-class LineConfig:
-    """Settings of the `line` codec."""
-
-    terminator: str = "\n"
-    encoding: str = "utf-8"
-    end: str | None = None  #: regex: a reply runs up to the first line matching it
-    error: str | None = None  #: regex: a reply with a line matching it gets status 0xFF
-    event: str | None = None  #: regex: lines matching it are events
-
-
-def _no_actions() -> Mapping[str, int]:
-    return MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceConfig:
-    """The link to the device and how messages are framed on it."""
-
-    port: str = "/dev/ttyUSB0"
-    baudrate: int = 115200
-    bytesize: int = 8
-    parity: str = "none"
-    stopbits: float = 1
-    rtscts: bool = False
-    codec: str = "verl"
-    timeout: float = 5.0
-    guard: float = 0.1
-    retry: int = 3
-    window: int = 8
-    max_payload: int = 4096
-    actions: Mapping[str, int] = field(default_factory=_no_actions)  #: the user's entries only
-    line: LineConfig = field(default_factory=LineConfig)
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatConfig:
-    interval: float = 2.0
-    misses: int = 3
-    timeout: float = 1.0
-    payload: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ReconnectConfig:
-    initial: float = 0.1
-    max: float = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class RoleList:
-    uids: tuple[int, ...] = ()
-    gids: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class RolesConfig:
-    observer: RoleList = field(default_factory=RoleList)
-    controller: RoleList = field(default_factory=RoleList)
-    admin: RoleList = field(default_factory=RoleList)
-
-
-@dataclass(frozen=True, slots=True)
-class ApiConfig:
-    socket: str = "/run/verld/verld.sock"
-    mode: int = 0o660
-    group: str | int | None = None
-    max_clients: int = 1024
-    max_message: int = 1048576
-    max_backlog: int = 4194304
-    queue_limit: int = 1024
-    client_queue: int = 256
-    lease_max: float = 60
-    drain: float = 5.0
-    roles: RolesConfig = field(default_factory=RolesConfig)
-
-
-@dataclass(frozen=True, slots=True)
-class MetricsConfig:
-    listen: str | None = None  #: "HOST:PORT" to serve Prometheus text over HTTP
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    level: str = "INFO"
-    format: str = "auto"
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    device: DeviceConfig = field(default_factory=DeviceConfig)
-    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
-    reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
-    api: ApiConfig = field(default_factory=ApiConfig)
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    source: str | None = None  #: the file this config was read from
-
-
-#: verld-sim's command set; `device.actions` adds to (or overrides) these.
-DEFAULT_ACTIONS: Mapping[str, int] = MappingProxyType(
-    {"echo": 1, "info": 2, "delay": 3, "fail": 4, "status": 5, "events": 6}
-)
-
-CODECS = ("verl", "length", "line")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-LOG_FORMATS = ("auto", "console", "json", "journal")
-PARITIES = ("none", "even", "odd", "mark", "space")
-# pyserial's serial_for_url schemes (tcp:// is verld's own TCP link)
-_URL_SCHEMES = ("tcp", "rfc2217", "socket", "loop", "hwgrep", "spy", "alt", "cp2110")
-_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the final NUL
-
-
-def default_config() -> Config:
-    """The config used when a file sets nothing."""
-    return Config()
-
-
-def actions_table(device: DeviceConfig) -> dict[str, int]:
-    """Action name → opcode: the defaults merged with the user's `device.actions`."""
-    return {**DEFAULT_ACTIONS, **device.actions}
-
-
-def tcp_target(port: str) -> tuple[str, int] | None:
-    """`tcp://HOST:PORT` → (HOST, PORT); None when `port` is not a TCP target."""
-    if not port.startswith("tcp://"):
-        return None
-    try:
-        return _host_port(port.removeprefix("tcp://"))
-    except ValueError as exc:
-        raise ConfigError(f"device.port: {port!r}: {exc}") from None
-
-
-def changed_keys(old: Config, new: Config) -> list[str]:
-    """Dotted key paths whose values differ between two configs (`source` excluded)."""
-    return list(_diff(old, new, ""))
-
-
-def _diff(old: Any, new: Any, prefix: str) -> Iterator[str]:
-    for f in fields(old):
-        if f.name == "source" and not prefix:
-            continue
-        path = f"{prefix}{f.name}"
-        a, b = getattr(old, f.name), getattr(new, f.name)
-        if is_dataclass(a):
-            yield from _diff(a, b, path + ".")
-        elif a != b:
-            yield path
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    """Split "HOST:PORT" ("[v6addr]:PORT" for IPv6); ValueError says what is wrong."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host:
-        raise ValueError("expected HOST:PORT")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError("write an IPv6 address in brackets: [::1]:PORT")
-    if not host or any(c.isspace() for c in host):
-        raise ValueError(f"bad host {host!r}")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"the port must be a number 1..65535, got {port!r}")
-    return host, int(port)
-
-
-# ---------------------------------------------------------------------------
-# Loading: YAML with line numbers and duplicate keys kept
+# Validation machinery
 
 
 class _Map(dict[Any, Any]):
@@ -219,98 +54,6 @@ class _Seq(list[Any]):
     def __init__(self, node: yaml.SequenceNode) -> None:
         super().__init__()
         self.nodes: list[yaml.Node] = list(node.value)
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader building `_Map`/`_Seq` so validation can point at lines."""
-
-    def fill_map(self, data: _Map, node: yaml.MappingNode) -> None:
-        first: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self._key(node, key_node)
-            line = key_node.start_mark.line + 1
-            if key in first:
-                data.duplicates.append((key, first[key], line))
-            first.setdefault(key, line)
-        self.flatten_mapping(node)  # `<<: *anchor` merges; explicit keys override
-        for key_node, value_node in node.value:
-            key = self._key(node, key_node)
-            data[key] = self.construct_object(value_node, deep=False)
-            data.key_nodes[key] = key_node
-            data.value_nodes[key] = value_node
-
-    def _key(self, node: yaml.Node, key_node: yaml.Node) -> Any:
-        key = self.construct_object(key_node, deep=True)
-        if isinstance(key, list | dict):
-            where = node.start_mark
-            raise ConstructorError(
-                "while reading a mapping", where, "found an unhashable key", key_node.start_mark
-            )
-        return key
-
-
-def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[_Map]:
-    data = _Map()
-    yield data
-    loader.fill_map(data, node)
-
-
-def _construct_seq(loader: _Loader, node: yaml.SequenceNode) -> Iterator[_Seq]:
-    data = _Seq(node)
-    yield data
-    data.extend(loader.construct_object(child, deep=False) for child in node.value)
-
-
-_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
-_Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
-
-
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read and validate a config file; ConfigError says everything that is wrong."""
-    source = os.fspath(path)
-    try:
-        with open(source, encoding="utf-8") as f:
-            text = f.read()
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text (bad byte at offset {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read the config: {exc.strerror or exc}") from None
-    return parse_config(text, source)
-
-
-def parse_config(text: str, source: str = "<string>") -> Config:
-    """Validate config text; `source` names it in messages and in `Config.source`."""
-    try:
-        tree = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no object tags
-    except yaml.YAMLError as exc:
-        raise ConfigError(_yaml_error(source, exc)) from None
-    except RecursionError:
-        raise ConfigError(f"{source}: YAML error: nested too deeply") from None
-    ctx = _Context(source)
-    root = _Item(ctx, "", tree, None, 1)
-    config = _root(root)
-    _cross_check(config, ctx)
-    ctx.raise_if_any()
-    return replace(config, source=source)
-
-
-def _yaml_error(source: str, exc: yaml.YAMLError) -> str:
-    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
-        return f"{source}: YAML error: {exc}"
-    mark = exc.problem_mark
-    problem = exc.problem or "error"
-    if "'\\t'" in problem:
-        problem += " (YAML indents with spaces, not tabs)"
-    if exc.context and exc.context_mark and exc.context_mark.line != mark.line:
-        problem += f" ({exc.context} on line {exc.context_mark.line + 1})"
-    kind = "YAML error" if isinstance(exc, ConstructorError) else "YAML syntax error"
-    return f"{source}:{mark.line + 1}: {kind} (column {mark.column + 1}): {problem}"
-
-
-# ---------------------------------------------------------------------------
-# Validation machinery
 
 
 class _Bad(Exception):
@@ -823,137 +566,3 @@ _SECTIONS = {
     ),
 }
 _CONFIG = _Section(Config, _SECTIONS)
-
-
-# ---------------------------------------------------------------------------
-# The top level: sections, or the reference engine's flat keys
-
-
-@dataclass(frozen=True, slots=True)
-class _Flat:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    timeout: float = 5.0
-    retry: int = 3
-    log_level: str = "INFO"
-    adapter: str | None = None
-
-
-def _flat_port(item: _Item) -> int:
-    if isinstance(item.value, str) and not _is_number(item.value):
-        raise _Bad(
-            f"expected a TCP port 1..65535, got {item.value!r} (in the reference flat "
-            "format; a serial device goes under device: port: in the sectioned format)"
-        )
-    return int(_int(1, 65535, "a TCP port")(item))
-
-
-_FLAT = _Section(
-    _Flat,
-    {
-        "host": _host,
-        "port": _flat_port,
-        "timeout": _seconds(zero_ok=False),
-        "retry": _int(0),
-        "log_level": _choice(LOG_LEVELS, str.upper),
-        "adapter": _optional(_choice(CODECS)),
-    },
-)
-#: where each flat key lives in the sectioned format
-_FLAT_EQUIVALENT = {
-    "host": "device.port: tcp://HOST:PORT",
-    "port": "device.port: tcp://HOST:PORT",
-    "timeout": "device.timeout",
-    "retry": "device.retry",
-    "log_level": "log.level",
-    "adapter": "device.codec",
-}
-
-
-def _root(item: _Item) -> Config:
-    if item.value is None:
-        return Config()
-    if not isinstance(item.value, _Map):
-        item.ctx.error(
-            item, f"the top level must be a mapping (device:, api:, ...), got {_given(item)}"
-        )
-        return Config()
-    keys = [k for k in item.value if isinstance(k, str)]
-    flat = [k for k in keys if k in _FLAT.keys]
-    sections = [k for k in keys if k in _CONFIG.keys]
-    if flat and not sections:
-        return _from_flat(_build(item, _FLAT))
-    return _sectioned(item, flat, sections)
-
-
-def _sectioned(item: _Item, flat: list[str], sections: list[str]) -> Config:
-    kwargs: dict[str, Any] = {}
-    for key, child in item.children():
-        section = _CONFIG.keys.get(key) if isinstance(key, str) else None
-        if key in flat:
-            item.ctx.error(
-                child,
-                f"reference flat-format key mixed with sections "
-                f"({', '.join(sections)}); use one format: in sections write "
-                f"{_FLAT_EQUIVALENT[key]}",
-            )
-        elif not isinstance(section, _Section):
-            item.ctx.error(child, _unknown_section(key))
-        else:
-            try:
-                kwargs[key] = _build(child, section)
-            except _Bad as exc:
-                item.ctx.error(child, str(exc))
-    return Config(**kwargs)
-
-
-def _from_flat(flat: _Flat) -> Config:
-    host = f"[{flat.host}]" if ":" in flat.host else flat.host
-    device = DeviceConfig(
-        port=f"tcp://{host}:{flat.port}",
-        codec=flat.adapter or "length",
-        timeout=flat.timeout,
-        retry=flat.retry,
-    )
-    return Config(device=device, log=LogConfig(level=flat.log_level))
-
-
-# ---------------------------------------------------------------------------
-# Checks across fields
-
-
-def _cross_check(config: Config, ctx: _Context) -> None:
-    reconnect, heartbeat, device = config.reconnect, config.heartbeat, config.device
-    if ctx.ok("reconnect.initial", "reconnect.max") and reconnect.max < reconnect.initial:
-        ctx.error_at(
-            ("reconnect.max", "reconnect.initial"),
-            f"must be >= reconnect.initial ({reconnect.initial:g}), got {reconnect.max:g}",
-        )
-    payload = ("heartbeat.payload", "device.codec", "device.max_payload")
-    if ctx.ok(*payload) and device.codec == "length":
-        _check_hex_payload(heartbeat.payload, device.max_payload, ctx)
-    text = ("device.line.encoding", "device.line.terminator", "heartbeat.payload")
-    if ctx.ok(*text) and device.codec == "line":
-        for path, value in zip(text[1:], (device.line.terminator, heartbeat.payload), strict=True):
-            try:
-                value.encode(device.line.encoding)
-            except UnicodeEncodeError as exc:
-                ctx.error_at(
-                    (path, "device.line.encoding"),
-                    f"cannot be encoded in {device.line.encoding}: {exc.reason}",
-                )
-
-
-def _check_hex_payload(payload: str, max_payload: int, ctx: _Context) -> None:
-    where = ("heartbeat.payload", "device.codec")
-    try:
-        size = len(bytes.fromhex(payload))
-    except ValueError as exc:
-        ctx.error_at(
-            where,
-            f'codec length sends the payload as hex bytes (e.g. "00" or '
-            f'"de ad"), got {payload!r}: {exc}',
-        )
-        return
-    if size > max_payload:
-        ctx.error_at(where, f"{size} bytes, more than device.max_payload ({max_payload})")

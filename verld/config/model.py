@@ -1,0 +1,179 @@
+"""The config model: frozen dataclasses, defaults and small helpers on them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from types import MappingProxyType
+from typing import Any
+
+from verld.errors import ConfigError
+
+# ---------------------------------------------------------------------------
+# The config model
+
+
+@dataclass(frozen=True, slots=True)
+class LineConfig:
+    """Settings of the `line` codec."""
+
+    terminator: str = "\n"
+    encoding: str = "utf-8"
+    end: str | None = None  #: regex: a reply runs up to the first line matching it
+    error: str | None = None  #: regex: a reply with a line matching it gets status 0xFF
+    event: str | None = None  #: regex: lines matching it are events
+
+
+def _no_actions() -> Mapping[str, int]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConfig:
+    """The link to the device and how messages are framed on it."""
+
+    port: str = "/dev/ttyUSB0"
+    baudrate: int = 115200
+    bytesize: int = 8
+    parity: str = "none"
+    stopbits: float = 1
+    rtscts: bool = False
+    codec: str = "verl"
+    timeout: float = 5.0
+    guard: float = 0.1
+    retry: int = 3
+    window: int = 8
+    max_payload: int = 4096
+    actions: Mapping[str, int] = field(default_factory=_no_actions)  #: the user's entries only
+    line: LineConfig = field(default_factory=LineConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatConfig:
+    interval: float = 2.0
+    misses: int = 3
+    timeout: float = 1.0
+    payload: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReconnectConfig:
+    initial: float = 0.1
+    max: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RoleList:
+    uids: tuple[int, ...] = ()
+    gids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RolesConfig:
+    observer: RoleList = field(default_factory=RoleList)
+    controller: RoleList = field(default_factory=RoleList)
+    admin: RoleList = field(default_factory=RoleList)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiConfig:
+    socket: str = "/run/verld/verld.sock"
+    mode: int = 0o660
+    group: str | int | None = None
+    max_clients: int = 1024
+    max_message: int = 1048576
+    max_backlog: int = 4194304
+    queue_limit: int = 1024
+    client_queue: int = 256
+    lease_max: float = 60
+    drain: float = 5.0
+    roles: RolesConfig = field(default_factory=RolesConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    listen: str | None = None  #: "HOST:PORT" to serve Prometheus text over HTTP
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    level: str = "INFO"
+    format: str = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
+    reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    source: str | None = None  #: the file this config was read from
+
+
+#: verld-sim's command set; `device.actions` adds to (or overrides) these.
+DEFAULT_ACTIONS: Mapping[str, int] = MappingProxyType(
+    {"echo": 1, "info": 2, "delay": 3, "fail": 4, "status": 5, "events": 6}
+)
+
+CODECS = ("verl", "length", "line")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("auto", "console", "json", "journal")
+PARITIES = ("none", "even", "odd", "mark", "space")
+# pyserial's serial_for_url schemes (tcp:// is verld's own TCP link)
+_URL_SCHEMES = ("tcp", "rfc2217", "socket", "loop", "hwgrep", "spy", "alt", "cp2110")
+_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the final NUL
+
+
+def default_config() -> Config:
+    """The config used when a file sets nothing."""
+    return Config()
+
+
+def actions_table(device: DeviceConfig) -> dict[str, int]:
+    """Action name → opcode: the defaults merged with the user's `device.actions`."""
+    return {**DEFAULT_ACTIONS, **device.actions}
+
+
+def tcp_target(port: str) -> tuple[str, int] | None:
+    """`tcp://HOST:PORT` → (HOST, PORT); None when `port` is not a TCP target."""
+    if not port.startswith("tcp://"):
+        return None
+    try:
+        return _host_port(port.removeprefix("tcp://"))
+    except ValueError as exc:
+        raise ConfigError(f"device.port: {port!r}: {exc}") from None
+
+
+def changed_keys(old: Config, new: Config) -> list[str]:
+    """Dotted key paths whose values differ between two configs (`source` excluded)."""
+    return list(_diff(old, new, ""))
+
+
+def _diff(old: Any, new: Any, prefix: str) -> Iterator[str]:
+    for f in fields(old):
+        if f.name == "source" and not prefix:
+            continue
+        path = f"{prefix}{f.name}"
+        a, b = getattr(old, f.name), getattr(new, f.name)
+        if is_dataclass(a):
+            yield from _diff(a, b, path + ".")
+        elif a != b:
+            yield path
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    """Split "HOST:PORT" ("[v6addr]:PORT" for IPv6); ValueError says what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError("expected HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError("write an IPv6 address in brackets: [::1]:PORT")
+    if not host or any(c.isspace() for c in host):
+        raise ValueError(f"bad host {host!r}")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"the port must be a number 1..65535, got {port!r}")
+    return host, int(port)
