@@ -461,7 +461,7 @@ class Session:
             # works on the next calls while the replies go out to their clients.
             matched = [self._match(f) if f.kind is Kind.REPLY else None for f in frames]
             self._pump()
-            self._holds += 1  # replies to pings may pump again: still one write
+            self.hold()  # replies to pings may pump again: still one write
             try:
                 for frame, call in zip(frames, matched, strict=True):
                     if call is not None:
