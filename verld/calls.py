@@ -32,6 +32,7 @@ class Call:
 
     __slots__ = (
         "counted",
+        "deadline",
         "done",
         "frame",
         "is_ping",
@@ -71,7 +72,8 @@ class Call:
         self.seq = -1
         self.frame = b""
         self.tries = 0  #: tries written so far
-        self.timer: Any = None  #: the pending timer (asyncio.TimerHandle) or None
+        self.deadline = 0.0  #: loop time the current try runs out (on the link)
+        self.timer: Any = None  #: a waiting call's wait timer (asyncio.TimerHandle) or None
         self.t_submit = 0.0
         self.queued = False  #: waiting in a FairQueue
         self.counted = False  #: holds one unit of its owner's `client_queue` share

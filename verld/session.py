@@ -5,8 +5,10 @@ handed to its `done` callback. Calls wait in per-client queues served
 round-robin; up to `window` of them are on the link at once (verl; 1 for the
 codecs without seqs), each keyed by a seq that is never reused while outstanding.
 Replies are matched by seq (or, for length/line, to the one call outstanding);
-a reply that matches nothing is stale and dropped. Per-try timers drive retries
-and feed the link state machine (`link.Link`), which decides when the link is
+a reply that matches nothing is stale and dropped. Each try has a deadline; one
+timer, armed for the earliest, sweeps out the tries that ran out (no timer per
+call to create and cancel on the hot path). Timeouts drive retries and feed the
+link state machine (`link.Link`), which decides when the link is
 dead. Losing the link — for any reason — goes through `_lose`, which fails
 what is outstanding and wakes the connect loop in `run`.
 """
@@ -14,6 +16,7 @@ what is outstanding and wakes the connect loop in `run`.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Callable, Hashable
@@ -31,6 +34,8 @@ from verld.transport import FdTransport, OpenError, open_link
 log = structlog.get_logger("verld.session")
 
 _SEQ_MOD = 65536
+#: a deadline within this of the clock has passed (float rounding of virtual clocks)
+_EPSILON = 1e-6
 
 
 class Counters:
@@ -113,6 +118,9 @@ class Session:
         self._guard_timer: asyncio.TimerHandle | None = None
         self._held: Call | None = None  # a retry waiting for the guard to end
         self._hb_timer: asyncio.TimerHandle | None = None
+        #: the one timeout timer, armed for the earliest deadline on the link
+        self._sweep_timer: asyncio.TimerHandle | None = None
+        self._sweep_at = math.inf
         self._wake: asyncio.Future[None] | None = None
         self._closing = False
         self._holds = 0
@@ -173,7 +181,6 @@ class Session:
 
     def submit(self, call: Call) -> None:
         """Accept a call; its `done` runs exactly once, maybe before this returns."""
-        now = self._loop.time()
         call.t_submit = time.perf_counter()
         if self._debug:
             log.debug("call_received", client=call.owner, request_id=call.req_id,
@@ -188,18 +195,31 @@ class Session:
         if excl is not None and call.owner is not excl and not call.wait:
             self._finish(call, "busy", "the device is leased to another client")
             return
-        refused = self.queue.admit(call)
+        queue = self.queue
+        refused = queue.admit(call)
         if refused is not None:
             self._finish(call, "busy", refused)
             return
-        self.queue.push(call)
+        if (
+            not queue.waiting
+            and excl is None
+            and not self._holds
+            and self.link.state is LinkState.UP
+            and self._guard_until is None
+            and self._transport is not None
+            and len(self._inflight) < self.window
+        ):
+            self._send([call])  # nobody waits and the window has room: straight out
+            return
+        queue.push(call)
         if self._debug:
             log.debug("call_queued", client=call.owner, request_id=call.req_id,
                       queue=len(self.queue))  # fmt: skip
         if self.link.state is LinkState.UP and (excl is None or call.owner is excl):
             self._pump()
         else:
-            call.timer = self._loop.call_at(now + call.timeout, self._wait_expired, call)
+            when = self._loop.time() + call.timeout
+            call.timer = self._loop.call_at(when, self._wait_expired, call)
 
     def forget_owner(self, owner: Hashable) -> None:
         """A client went away: its queued calls are dropped unsent.
@@ -218,8 +238,6 @@ class Session:
         abandoned = [c for c in self._inflight.values() if c.owner is owner and not c.is_ping]
         for call in abandoned:
             del self._inflight[call.seq]
-            if call.timer is not None:
-                call.timer.cancel()
             self.queue.release(call)
         if abandoned:
             self._pump()
@@ -228,11 +246,13 @@ class Session:
         """Without seqs the departed client's call must run out, but no longer than
         device.timeout: a long per-call timeout cannot hold the device for nobody."""
         limit = self.cfg.device.timeout
+        latest = self._loop.time() + limit
         for call in self._inflight.values():
-            if call.owner is owner and call.timeout > limit and call.timer is not None:
-                call.timer.cancel()
+            if call.owner is owner and call.timeout > limit:
                 call.retry = 0
-                call.timer = self._loop.call_at(self._loop.time() + limit, self._on_timeout, call)
+                if call.deadline > latest:
+                    call.deadline = latest
+                    self._arm_sweep(latest)
 
     def request_reconnect(self, reason: str = "reconnect requested") -> None:
         """Drop the link now and reopen it (the admin `reconnect` op)."""
@@ -377,8 +397,9 @@ class Session:
             return
         batch = self.queue.take(room)
         for call in batch:
-            if call.timer is not None:
+            if call.timer is not None:  # a waiting call's wait timer
                 call.timer.cancel()
+                call.timer = None
         if batch:
             self._send(batch)
 
@@ -391,19 +412,21 @@ class Session:
         return seq
 
     def _send(self, calls: list[Call]) -> None:
-        """Write calls (first tries) in one write; start their timers."""
+        """Write calls (first tries) in one write; set their deadlines."""
         transport = self._transport
         assert transport is not None
         now = self._loop.time()
         frames = []
-        call_at, on_timeout = self._loop.call_at, self._on_timeout
+        inflight, encode = self._inflight, self.codec.encode_request
+        earliest = self._sweep_at
         for call in calls:
             seq = self._alloc_seq()
             call.seq = seq
-            call.frame = frame = self.codec.encode_request(seq, call.payload)
+            call.frame = frame = encode(seq, call.payload)
             call.tries += 1
-            self._inflight[seq] = call
-            call.timer = call_at(now + call.timeout, on_timeout, call)
+            inflight[seq] = call
+            call.deadline = deadline = now + call.timeout
+            earliest = min(earliest, deadline)
             frames.append(frame)
             if call.is_ping:
                 self.counters.pings += 1
@@ -414,8 +437,40 @@ class Session:
                 kind = "ping" if call.is_ping else "request"
                 self.traffic("tx", kind, call.seq, None, call.payload)
         self.counters.frames_tx += len(frames)
-        self.link.activity(now)
+        self.link.last_activity = now
+        if earliest < self._sweep_at:
+            self._arm_sweep(earliest)
         transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+
+    # --- deadlines ---------------------------------------------------------------
+    def _arm_sweep(self, when: float) -> None:
+        """Have the sweep run at `when` if that is earlier than it runs now."""
+        if when >= self._sweep_at:
+            return
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+        self._sweep_at = when
+        self._sweep_timer = self._loop.call_at(when, self._sweep)
+
+    def _cancel_sweep(self) -> None:
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+        self._sweep_timer, self._sweep_at = None, math.inf
+
+    def _sweep(self) -> None:
+        """The earliest deadline came: time out every try whose deadline passed."""
+        self._sweep_timer, self._sweep_at = None, math.inf
+        now = self._loop.time()
+        due = now + _EPSILON
+        expired = [c for c in self._inflight.values() if c.deadline <= due]
+        for call in expired:
+            # an earlier timeout may have resent it (new deadline) or dropped the link
+            if self._inflight.get(call.seq) is call and call.deadline <= due:
+                self._on_timeout(call)
+        if self._inflight and self._sweep_timer is None:
+            earliest = min(c.deadline for c in self._inflight.values())
+            # not before 1 ms from now: a clock that fired early cannot make a busy loop
+            self._arm_sweep(max(earliest, now + 0.001))
 
     def _wait_expired(self, call: Call) -> None:
         """A call that asked to wait for the link waited its whole timeout."""
@@ -456,7 +511,15 @@ class Session:
                     kind = "reply" if f.kind is Kind.REPLY else "event"
                     self.traffic("rx", kind, f.seq, f.status, f.data)
             self.counters.frames_rx += len(frames)
-            self.link.activity(now)
+            self.link.last_activity = now
+            if len(frames) == 1 and frames[0].kind is Kind.REPLY:  # the common case
+                frame = frames[0]
+                call = self._match(frame)
+                if call is not None:
+                    if self.queue.waiting:
+                        self._pump()  # refill the slot before answering, as below
+                    self._complete(call, frame, now)
+                return
             # Free the window slots first and refill them in one write, so the device
             # works on the next calls while the replies go out to their clients.
             matched = [self._match(f) if f.kind is Kind.REPLY else None for f in frames]
@@ -496,8 +559,6 @@ class Session:
 
     def _complete(self, call: Call, frame: Inbound, now: float) -> None:
         """A matched reply: the call ends with the device's status and data."""
-        if call.timer is not None:
-            call.timer.cancel()
         self.link.reply(now)
         status = frame.status
         if status == 0:
@@ -508,13 +569,14 @@ class Session:
             error, message = "device_error", f"device status 0x{status:02x}"
         self._finish(call, error, message, status, frame.data, frame.text)
         if call.is_ping:
+            if not self._inflight:
+                self._cancel_sweep()  # an idle link: no wake-up for a deadline long met
             self._arm_heartbeat()
-        if self.queue.ready():
+        if self.queue.waiting and self.queue.ready():
             self._pump()
 
     def _on_timeout(self, call: Call) -> None:
-        if self._inflight.get(call.seq) is not call:
-            return
+        """A try's deadline passed (the sweep checked that it is still on the link)."""
         del self._inflight[call.seq]
         self.counters.timeouts += 1
         dead = self.link.timeout()
@@ -559,7 +621,8 @@ class Session:
         call.tries += 1
         self.counters.retries += 1
         self._inflight[call.seq] = call
-        call.timer = self._loop.call_at(now + call.timeout, self._on_timeout, call)
+        call.deadline = now + call.timeout
+        self._arm_sweep(call.deadline)
         self.counters.frames_tx += 1
         self.link.activity(now)
         if self.traffic is not None:
@@ -678,9 +741,11 @@ class Session:
             calls.append(self._held)
             self._held = None
         self._inflight.clear()
+        self._cancel_sweep()
         for call in calls:
             if call.timer is not None:
                 call.timer.cancel()
+                call.timer = None
         return calls
 
     def _inflight_calls(self) -> int:

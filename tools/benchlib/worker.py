@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchlib import lockstep
 from benchlib.meter import Meter, Spec
 from benchlib.peers import ApiPeer, FdPipe, VerlPeer, VerlProtocol, open_pty
 
@@ -96,7 +97,10 @@ def main(spec_json: str) -> int:
     """Run one workload; exit 0 when every call was answered correctly."""
     spec = Spec.from_json(spec_json)
     try:
-        result = asyncio.run(run(spec))
+        if spec.clients == 1 and spec.inflight == 1:
+            result = lockstep.run(spec, _say)  # a chain: no event loop on the measured path
+        else:
+            result = asyncio.run(run(spec))
     except KeyboardInterrupt:
         return 130
     except OSError as exc:

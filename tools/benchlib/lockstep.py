@@ -1,0 +1,195 @@
+"""One lock-step client (1 client, 1 call in flight) with blocking I/O and no event loop.
+
+Strategy: a lock-step round trip is a chain — generator, bridge, device, bridge,
+generator — so every microsecond the generator spends is on the measured path.
+An event loop adds its own wake-up and dispatch to each reply, and more on a socket
+than on a pty fd (asyncio transports), which would charge socat and verld for the
+generator's work. So all three paths get the same plain client: write the request,
+block in read(2) until the reply is whole, check it, repeat. Every reply is still
+checked against its own request (seq or id, status 0, the unique echoed bytes).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import select
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchlib.meter import Meter, Payloads, Spec
+from benchlib.peers import open_pty
+from verld.codec.verl import FrameDecoder, encode_frame
+
+_REQUEST, _REPLY = 0x11, 0x12
+_ECHO = b"\x01"  #: verld-sim's echo command
+
+
+class NoReply(Exception):
+    """The bridge or device went quiet or away; the run stops with an error."""
+
+
+def _reader(fd: int, timeout: float) -> Callable[[], bytes]:
+    """read(2) on a blocking-in-effect fd, with a bound on how long one read may wait."""
+
+    def read() -> bytes:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            raise NoReply(f"no reply within {timeout:g} s")
+        data = os.read(fd, 65536)
+        if not data:
+            raise NoReply("closed by the other end")
+        return data
+
+    return read
+
+
+def _writer(fd: int) -> Callable[[bytes], None]:
+    def write(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            select.select([], [fd], [], 10)
+            view = view[os.write(fd, view) :]
+
+    return write
+
+
+def _verl_calls(
+    spec: Spec,
+    rng: random.Random,
+    read: Callable[[], bytes],
+    write: Callable[[bytes], None],
+    decoder: FrameDecoder,
+) -> Callable[[Meter], None]:
+    """One checked verl echo per call of the returned function."""
+    payloads = Payloads(0, spec.size, rng)
+    state = {"seq": rng.randrange(0x10000)}
+
+    def one(meter: Meter) -> None:
+        seq = state["seq"] = (state["seq"] + 1) & 0xFFFF
+        data = payloads.next()
+        frame = encode_frame(_REQUEST, seq, _ECHO + data)
+        meter.sent += 1
+        sent = time.perf_counter_ns()
+        write(frame)
+        while True:
+            for reply in decoder.feed(read()):
+                if reply.kind != _REPLY or reply.seq != seq:
+                    meter.stale += 1
+                    continue
+                now = time.perf_counter_ns()
+                if reply.payload == b"\x00" + data:
+                    meter.good(now - sent)
+                else:
+                    meter.answered += 1
+                    meter.error(f"seq {seq}: reply {reply.payload[:16].hex()}… is not the echo")
+                return
+
+    return one
+
+
+def _api_calls(
+    spec: Spec, rng: random.Random, read: Callable[[], bytes], write: Callable[[bytes], None]
+) -> Callable[[Meter], None]:
+    """One checked verld API echo per call of the returned function."""
+    payloads = Payloads(0, spec.size, rng)
+    state: dict[str, Any] = {"id": 0, "buf": b""}
+
+    def one(meter: Meter) -> None:
+        call_id = state["id"] = state["id"] + 1
+        data = payloads.next()
+        body = b'{"op":"call","id":%d,"data":"%s"}' % (call_id, base64.b64encode(_ECHO + data))
+        expected = base64.b64encode(data)
+        meter.sent += 1
+        sent = time.perf_counter_ns()
+        write(len(body).to_bytes(4, "big") + body)
+        buf = state["buf"]
+        while True:
+            if len(buf) >= 4:
+                size = int.from_bytes(buf[:4], "big")
+                if len(buf) >= 4 + size:
+                    break
+            buf += read()
+        now = time.perf_counter_ns()
+        reply, state["buf"] = buf[4 : 4 + size], buf[4 + size :]
+        if reply.startswith(b'{"id":%d,"ok":true,"status":0,"data":"%s"' % (call_id, expected)):
+            meter.good(now - sent)
+            return
+        meter.answered += 1
+        try:
+            msg = json.loads(reply)
+        except ValueError:
+            meter.error(f"unreadable reply {reply[:80]!r}")
+            return
+        if not (
+            msg.get("id") == call_id
+            and msg.get("ok") is True
+            and msg.get("status") == 0
+            and msg.get("data") == expected.decode()
+        ):
+            meter.error(f"id {call_id}: {json.dumps(msg)[:100]}")
+            return
+        meter.answered -= 1
+        meter.good(now - sent)
+
+    return one
+
+
+def run(spec: Spec, say: Callable[[str], None]) -> dict[str, Any]:
+    """Warm up, measure, stop: the same RESULT object as the event-loop worker."""
+    rng = random.Random(spec.seed)
+    meter = Meter()
+    sock: socket.socket | None = None
+    if spec.kind == "pty":
+        fd = open_pty(spec.target)
+        close: Callable[[], None] = lambda: os.close(fd)  # noqa: E731
+    else:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(spec.target)
+        sock.setblocking(False)
+        fd = sock.fileno()
+        close = sock.close
+    read, write = _reader(fd, spec.drain), _writer(fd)
+    decoder = FrameDecoder(spec.max_payload, frozenset({_REPLY, 0x13}))
+    if spec.kind == "api":
+        one = _api_calls(spec, rng, read, write)
+    else:
+        one = _verl_calls(spec, rng, read, write, decoder)
+
+    def bad_frames() -> int:
+        return decoder.bad_frames
+
+    missing = 0
+    try:
+        clock = time.monotonic
+        for until, mark in ((spec.warmup, "START"), (spec.duration, "END")):
+            deadline = clock() + until
+            while clock() < deadline and not meter.errors:
+                one(meter)
+            if mark == "START":
+                meter.begin()
+            else:
+                meter.end()
+            say(mark)
+    except NoReply as exc:
+        missing = 1  # the call in flight: counted in the result's errors
+        meter.error_samples.append(str(exc))
+        if not meter.stopping:  # the orchestrator still expects both marks
+            if not meter.measuring:
+                meter.begin()
+                say("START")
+            meter.end()
+            say("END")
+    finally:
+        close()
+    extra = {
+        "clients": spec.clients,
+        "inflight": spec.inflight,
+        "bad_frames": bad_frames(),
+        "client": "blocking",
+    }
+    return meter.result(missing, extra)
