@@ -16,6 +16,7 @@ import termios
 import time
 import tty
 from collections.abc import Callable
+from typing import cast
 
 from benchlib.meter import Meter, Payloads, Spec
 from verld.codec.verl import FrameDecoder, encode_frame
@@ -162,8 +163,8 @@ class VerlProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # asyncio's transport, or uvloop's (which is not an asyncio.Transport)
+        self.transport = transport = cast(asyncio.Transport, transport)
         self.peer.write = transport.write
 
     def data_received(self, data: bytes) -> None:
@@ -197,8 +198,7 @@ class ApiPeer(asyncio.Protocol):
         self.alive = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # asyncio's or uvloop's
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.alive = False

@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from benchlib import lockstep
@@ -93,6 +94,21 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
+def _loop_runner() -> Callable[[Coroutine[Any, Any, dict[str, Any]]], dict[str, Any]]:
+    """uvloop when installed (the `fast` extra), as verld itself runs: a lean generator.
+
+    BENCH_GEN_LOOP=asyncio forces the standard loop.
+    """
+    if os.environ.get("BENCH_GEN_LOOP", "uvloop") == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.run
+    return asyncio.run
+
+
 def main(spec_json: str) -> int:
     """Run one workload; exit 0 when every call was answered correctly."""
     spec = Spec.from_json(spec_json)
@@ -100,7 +116,7 @@ def main(spec_json: str) -> int:
         if spec.clients == 1 and spec.inflight == 1:
             result = lockstep.run(spec, _say)  # a chain: no event loop on the measured path
         else:
-            result = asyncio.run(run(spec))
+            result = _loop_runner()(run(spec))
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
