@@ -561,3 +561,69 @@ class TestExactlyOnce:
             assert len(results) == 1, (tag, results)
             if results[0].error is None:
                 assert results[0].data == tag
+
+
+@pytest.mark.usefixtures("fake_open")
+class TestDeadlines:
+    """One sweep timer serves every try on the link: each still ends at its own deadline."""
+
+    NO_PING = CONFIG.replace("interval: 2.0", "interval: 0")
+
+    async def _ended_at(self, h: Harness, results: list[CallResult]) -> float:
+        await h.until(answered(results), step=0.001)
+        return h.loop.time()
+
+    def test_a_shorter_timeout_sent_later_ends_first(self) -> None:
+        """Timeouts 3 s then (0.5 s later) 1 s on a hung device: they end at +1.5 s and +3 s."""
+
+        async def main() -> None:
+            h = harness(self.NO_PING)
+            h.start()
+            await h.up()
+            h.device.hung = True
+            t0 = h.loop.time()
+            long = h.call(b"\x01a", timeout=3.0)
+            await asyncio.sleep(0.5)
+            short = h.call(b"\x01b", timeout=1.0)
+            assert await self._ended_at(h, short) - t0 == pytest.approx(1.5, abs=0.005)
+            assert long == []
+            assert await self._ended_at(h, long) - t0 == pytest.approx(3.0, abs=0.005)
+            assert (short[0].error, long[0].error) == ("timeout", "timeout")
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_each_retry_gets_a_fresh_deadline(self) -> None:
+        """retry 2, timeout 0.5 s, no answer: three tries 0.5 s apart, timeout after 1.5 s."""
+
+        async def main() -> None:
+            h = harness(self.NO_PING.replace("misses: 3", "misses: 9"))
+            h.start()
+            await h.up()
+            h.device.hung = True
+            t0 = h.loop.time()
+            results = h.call(b"\x01r", timeout=0.5, retry=2)
+            assert await self._ended_at(h, results) - t0 == pytest.approx(1.5, abs=0.005)
+            tries = [at - t0 for at, payload in h.device.requests if payload == b"\x01r"]
+            assert tries == pytest.approx([0.0, 0.5, 1.0], abs=0.005)
+            assert results[0].error == "timeout"
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_answered_calls_leave_no_timeout_behind(self) -> None:
+        """A call answered at once: no timeout fires for it later, the link's counters agree."""
+
+        async def main() -> None:
+            h = harness(self.NO_PING)
+            h.start()
+            await h.up()
+            results = h.call(b"\x01ok", timeout=0.5)
+            await h.until(answered(results))
+            await asyncio.sleep(2.0)
+            assert len(results) == 1 and results[0].error is None
+            assert h.session.counters.timeouts == 0
+            assert h.state_is(LinkState.UP, 1)
+            await h.stop()
+
+        run_virtual(main)

@@ -36,6 +36,7 @@ log = structlog.get_logger("verld.session")
 _SEQ_MOD = 65536
 #: a deadline within this of the clock has passed (float rounding of virtual clocks)
 _EPSILON = 1e-6
+_new_tuple = tuple.__new__
 
 
 class Counters:
@@ -420,7 +421,11 @@ class Session:
         inflight, encode = self._inflight, self.codec.encode_request
         earliest = self._sweep_at
         for call in calls:
-            seq = self._alloc_seq()
+            seq = self._next_seq
+            if seq in inflight:
+                seq = self._alloc_seq()
+            else:
+                self._next_seq = (seq + 1) % _SEQ_MOD
             call.seq = seq
             call.frame = frame = encode(seq, call.payload)
             call.tries += 1
@@ -682,9 +687,11 @@ class Session:
                     status=status,
                     ms=round(elapsed * 1000, 3),
                 )
-        call.done(
-            CallResult(error, message, status, data, text, elapsed * 1000, self.link.generation)
+        # tuple.__new__: CallResult's own __new__ is a Python function, once per call
+        result = _new_tuple(
+            CallResult, (error, message, status, data, text, elapsed * 1000, self.link.generation)
         )
+        call.done(result)
 
     # --- heartbeat -------------------------------------------------------------------
     def _arm_heartbeat(self) -> None:

@@ -156,6 +156,9 @@ def decode_json(body: bytes) -> Any:
         raise ValueError(str(exc) or type(exc).__name__) from None
 
 
+_new_tuple = tuple.__new__
+
+
 class Request(NamedTuple):
     """A parsed request; op-specific fields are validated by the accessors below."""
 
@@ -170,17 +173,17 @@ def parse_request(body: bytes) -> Request:
         obj = decode_json(body)
     except ValueError as exc:
         raise ApiError("bad_request", f"not valid JSON: {exc}") from None
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:  # JSON makes exactly these types: no subclasses to allow
         raise ApiError("bad_request", "a message must be a JSON object")
     req_id = obj.get("id")
-    if isinstance(req_id, bool) or not isinstance(req_id, int | str):
+    if type(req_id) is not int and type(req_id) is not str:  # bool is not int here
         raise ApiError("bad_request", "'id' must be an integer or a string")
     op = obj.get("op")
-    if not isinstance(op, str):
+    if type(op) is not str:
         raise ApiError("bad_request", "'op' must be a string", req_id)
     if op not in OPS:
         raise ApiError("unknown_op", f"unknown op {op!r}", req_id)
-    return Request(op, req_id, obj)
+    return _new_tuple(Request, (op, req_id, obj))  # Request's __new__ is Python: skip it
 
 
 def _positive_number(req: Request, key: str) -> float | None:

@@ -30,6 +30,7 @@ _OVERHEAD = 7  #: body bytes around the payload: type, seq, crc
 _REQUEST, _REPLY, _EVENT = Kind.REQUEST.value, Kind.REPLY.value, Kind.EVENT.value
 _KIND_REPLY, _KIND_EVENT = Kind.REPLY, Kind.EVENT  #: module globals: faster than enum lookups
 _DAEMON_ACCEPTS = frozenset({_REPLY, _EVENT})
+_new_tuple = tuple.__new__
 
 
 class VerlFrame(NamedTuple):
@@ -165,10 +166,11 @@ class VerlCodec:
     def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
         """Replies (with their seq) and events from `data`; `awaiting_reply` is moot here."""
         decoder = self._decoder
+        new = _new_tuple  # Inbound's own __new__ is a Python function: once per frame
         messages = [
-            Inbound(_KIND_REPLY, body[1] << 8 | body[2], body[3], body[4:-4])
+            new(Inbound, (_KIND_REPLY, body[1] << 8 | body[2], body[3], body[4:-4], None))
             if body[0] == _REPLY
-            else Inbound(_KIND_EVENT, None, None, body[3:-4])
+            else new(Inbound, (_KIND_EVENT, None, None, body[3:-4], None))
             for body in decoder._bodies(data)  # same module; skips building a VerlFrame
         ]
         self.bad_frames = decoder.bad_frames
