@@ -154,7 +154,7 @@ class ClientConn(asyncio.Protocol):
         try:
             req = wire.parse_request(body)
             if req.op == "call" and self.role != "observer":  # the hot path: allowed
-                self.server.dispatch(self, req)
+                self.server.call(self, req)
                 return
             need = _OP_ROLE[req.op]
             if ROLE_RANK[self.role] < ROLE_RANK[need]:

@@ -171,7 +171,7 @@ class ApiServer:
     def dispatch(self, conn: ClientConn, req: wire.Request) -> None:
         op = req.op
         if op == "call":
-            self._call(conn, req)
+            self.call(conn, req)
         elif op == "status":
             conn.send({"id": req.id, "ok": True, **self.status()})
         elif op == "hello":
@@ -324,7 +324,8 @@ class ApiServer:
             raise wire.ApiError("bad_config", str(exc), req.id) from None
         conn.send({"id": req.id, "ok": True, "changed": changed})
 
-    def _call(self, conn: ClientConn, req: wire.Request) -> None:
+    def call(self, conn: ClientConn, req: wire.Request) -> None:
+        """The `call` op (its role already checked): submit, answer when it ends."""
         payload, timeout, retry, wait = wire.call_fields(req)
         dev = self.cfg.device
         if len(payload) > dev.max_payload:

@@ -217,7 +217,8 @@ class Session:
             log.debug("call_queued", client=call.owner, request_id=call.req_id,
                       queue=len(self.queue))  # fmt: skip
         if self.link.state is LinkState.UP and (excl is None or call.owner is excl):
-            self._pump()
+            if len(self._inflight) < self.window:  # full: the next reply pumps
+                self._pump()
         else:
             when = self._loop.time() + call.timeout
             call.timer = self._loop.call_at(when, self._wait_expired, call)

@@ -56,6 +56,17 @@ def decode(data: bytes) -> bytes:
     code = data[0]
     if code == size:
         return data[1:]  # one block: no zero in the data
+    if size <= _RUN:  # too short for a full run (0xFF): every later code byte was a zero
+        buf = bytearray(data)
+        pos = 0
+        while (end := pos + code) < size:
+            code = buf[end]
+            buf[end] = 0
+            pos = end
+        if end > size:
+            raise ValueError(f"COBS: code {code:#04x} at offset {pos} runs past the end")
+        del buf[0]
+        return bytes(buf)
     # Every code byte but the first stands where a zero was, except one that
     # follows a full run (0xFF): overwrite the former, delete the latter.
     buf = bytearray(data)
