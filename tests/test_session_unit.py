@@ -91,6 +91,9 @@ class FakeTransport:
         for frame in self._decoder.feed(data):
             self.device.on_request(self, frame.seq, frame.payload)
 
+    def poll(self) -> None:
+        """Nothing to read early: the fake device's replies come through the loop."""
+
     def deliver(self, data: bytes) -> None:
         if not self.closed:
             self.bytes_rx += len(data)

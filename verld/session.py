@@ -126,6 +126,7 @@ class Session:
         self._closing = False
         self._holds = 0
         self._pump_wanted = False
+        self._polled = False  #: the device was polled in this loop turn
         self._bytes_prev = (0, 0)
         self._debug = False
         self.started = time.time()
@@ -219,9 +220,19 @@ class Session:
         if self.link.state is LinkState.UP and (excl is None or call.owner is excl):
             if len(self._inflight) < self.window:  # full: the next reply pumps
                 self._pump()
+            elif not self._polled and self._transport is not None:
+                # Full window, calls waiting: replies the device already sent free
+                # slots, so read them before more client requests (once per loop turn:
+                # the loop may have queued many clients ahead of the device's fd).
+                self._polled = True
+                self._loop.call_soon(self._unpoll)
+                self._transport.poll()
         else:
             when = self._loop.time() + call.timeout
             call.timer = self._loop.call_at(when, self._wait_expired, call)
+
+    def _unpoll(self) -> None:
+        self._polled = False
 
     def forget_owner(self, owner: Hashable) -> None:
         """A client went away: its queued calls are dropped unsent.
