@@ -140,3 +140,14 @@ class TestFastReply:
         slow = wire.encode({"id": req_id, "ok": True, "status": 0, "data": wire.b64(data),
                             "ms": 0.123, "generation": 3})  # fmt: skip
         assert fast == slow
+
+    @pytest.mark.parametrize("ms", [0.0, 0.41, 1.0, 0.0005, 0.1234999, 3600000.0])
+    def test_ms_has_three_decimals_and_the_same_value(self, ms: float) -> None:
+        """`ms` is written with three decimals: the value a client parses is round(ms, 3)."""
+        framed = wire.ok_call_reply(7, 0, b"x", ms, 1)
+        assert int.from_bytes(framed[:4], "big") == len(framed) - 4
+        body = framed[4:]
+        reply = json.loads(body)
+        assert list(reply) == ["id", "ok", "status", "data", "ms", "generation"]
+        assert reply["ms"] == pytest.approx(round(ms, 3), abs=1e-9)
+        assert b'"ms":%.3f,' % ms in body

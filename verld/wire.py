@@ -261,14 +261,16 @@ def topics_field(req: Request, *, required: bool) -> frozenset[str] | None:
 def ok_call_reply(req_id: int | str, status: int, data: bytes, ms: float, generation: int) -> bytes:
     """The framed success reply of a call, formatted directly (the per-call hot path).
 
-    Byte for byte what `encode` makes of the same dict for the fields this takes.
+    The same JSON as `encode` makes of the same dict (same keys, order and values);
+    `ms` is written with exactly three decimals (`0.410`, where json.dumps writes
+    `0.41`), which skips two float-to-text conversions per call.
     """
     rid = b"%d" % req_id if type(req_id) is int else json.dumps(req_id).encode()
-    body = b'{"id":%s,"ok":true,"status":%d,"data":"%s","ms":%r,"generation":%d}' % (
+    body = b'{"id":%s,"ok":true,"status":%d,"data":"%s","ms":%.3f,"generation":%d}' % (
         rid,
         status,
         binascii.b2a_base64(data, newline=False),
-        round(ms, 3),
+        ms,
         generation,
     )
     return _LENGTH.pack(len(body)) + body
