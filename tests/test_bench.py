@@ -101,3 +101,40 @@ class TestQuickBench:
         assert len(targets) >= 8
         for t in targets:
             assert isinstance(t["measured"], int | float) and isinstance(t["pass"], bool)
+
+
+class TestLockstepClient:
+    """The blocking lock-step client (no event loop) still cannot hang on a silent bridge."""
+
+    @pytest.mark.timeout(30)
+    def test_silent_bridge_ends_the_run_with_an_error(self, tmp_path: Path) -> None:
+        """A bridge that accepts and never answers: START and END said, one missing call."""
+        import socket
+        import threading
+
+        sys.path.insert(0, str(REPO / "tools"))
+        try:
+            from benchlib import lockstep
+            from benchlib.meter import Spec
+        finally:
+            sys.path.remove(str(REPO / "tools"))
+
+        path = str(tmp_path / "silent.sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(1)
+        held: list[socket.socket] = []
+        accepter = threading.Thread(target=lambda: held.append(server.accept()[0]), daemon=True)
+        accepter.start()
+        said: list[str] = []
+        try:
+            spec = Spec("api", path, 1, 1, 32, 0.1, 0.2, drain=0.5)
+            result = lockstep.run(spec, said.append)
+        finally:
+            accepter.join(5)
+            for conn in held:
+                conn.close()
+            server.close()
+        assert said == ["START", "END"]
+        assert result["errors"] == 1 and result["missing"] == 1 and result["calls"] == 0
+        assert "no reply within 0.5 s" in result["error_samples"][0]

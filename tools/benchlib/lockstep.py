@@ -4,9 +4,13 @@ Strategy: a lock-step round trip is a chain — generator, bridge, device, bridg
 generator — so every microsecond the generator spends is on the measured path.
 An event loop adds its own wake-up and dispatch to each reply, and more on a socket
 than on a pty fd (asyncio transports), which would charge socat and verld for the
-generator's work. So all three paths get the same plain client: write the request,
-block in read(2) until the reply is whole, check it, repeat. Every reply is still
-checked against its own request (seq or id, status 0, the unique echoed bytes).
+generator's work. So all three paths get the same plain client: write(2) the
+request on a blocking fd, block in read(2) until the reply is whole, check it,
+repeat — two syscalls per call, nothing else (no select/poll, no socket timeout,
+which polls before every recv). A hung bridge cannot hang the bench: an interval
+timer (re-armed a few times a second, not per call) interrupts the blocked read.
+Every reply is still checked against its own request (seq or id, status 0, the
+unique echoed bytes).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import base64
 import json
 import os
 import random
-import select
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -33,13 +37,31 @@ class NoReply(Exception):
     """The bridge or device went quiet or away; the run stops with an error."""
 
 
-def _reader(fd: int, timeout: float) -> Callable[[], bytes]:
-    """read(2) on a blocking-in-effect fd, with a bound on how long one read may wait."""
+class Watchdog:
+    """SIGALRM when no call has started for `limit` s: the blocked read raises NoReply."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.armed_at = -1.0
+        self._old = signal.signal(signal.SIGALRM, self._fire)
+
+    def _fire(self, _signum: int, _frame: object) -> None:
+        raise NoReply(f"no reply within {self.limit:g} s")
+
+    def progress(self, now: float) -> None:
+        if now - self.armed_at > 0.25:  # a syscall four times a second, not per call
+            signal.setitimer(signal.ITIMER_REAL, self.limit)
+            self.armed_at = now
+
+    def stop(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._old)
+
+
+def _reader(fd: int) -> Callable[[], bytes]:
+    """read(2) on a blocking fd: the call's only wait."""
 
     def read() -> bytes:
-        ready, _, _ = select.select([fd], [], [], timeout)
-        if not ready:
-            raise NoReply(f"no reply within {timeout:g} s")
         data = os.read(fd, 65536)
         if not data:
             raise NoReply("closed by the other end")
@@ -52,7 +74,6 @@ def _writer(fd: int) -> Callable[[bytes], None]:
     def write(data: bytes) -> None:
         view = memoryview(data)
         while view:
-            select.select([], [fd], [], 10)
             view = view[os.write(fd, view) :]
 
     return write
@@ -146,14 +167,15 @@ def run(spec: Spec, say: Callable[[str], None]) -> dict[str, Any]:
     sock: socket.socket | None = None
     if spec.kind == "pty":
         fd = open_pty(spec.target)
+        os.set_blocking(fd, True)
         close: Callable[[], None] = lambda: os.close(fd)  # noqa: E731
     else:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(spec.target)
-        sock.setblocking(False)
+        sock.setblocking(True)
         fd = sock.fileno()
         close = sock.close
-    read, write = _reader(fd, spec.drain), _writer(fd)
+    read, write = _reader(fd), _writer(fd)
     decoder = FrameDecoder(spec.max_payload, frozenset({_REPLY, 0x13}))
     if spec.kind == "api":
         one = _api_calls(spec, rng, read, write)
@@ -164,11 +186,13 @@ def run(spec: Spec, say: Callable[[str], None]) -> dict[str, Any]:
         return decoder.bad_frames
 
     missing = 0
+    watchdog = Watchdog(spec.drain)
     try:
         clock = time.monotonic
         for until, mark in ((spec.warmup, "START"), (spec.duration, "END")):
             deadline = clock() + until
-            while clock() < deadline and not meter.errors:
+            while (now := clock()) < deadline and not meter.errors:
+                watchdog.progress(now)
                 one(meter)
             if mark == "START":
                 meter.begin()
@@ -185,6 +209,7 @@ def run(spec: Spec, say: Callable[[str], None]) -> dict[str, Any]:
             meter.end()
             say("END")
     finally:
+        watchdog.stop()
         close()
     extra = {
         "clients": spec.clients,
