@@ -138,3 +138,23 @@ class TestLockstepClient:
         assert said == ["START", "END"]
         assert result["errors"] == 1 and result["missing"] == 1 and result["calls"] == 0
         assert "no reply within 0.5 s" in result["error_samples"][0]
+
+
+@pytest.mark.timeout(120)
+class TestBenchAB:
+    def test_ab_of_this_checkout_against_itself(self) -> None:
+        """tools/bench-ab runs a round for A and B and prints both medians."""
+        proc = subprocess.run(
+            [
+                *(sys.executable, str(REPO / "tools" / "bench-ab"), str(REPO), str(REPO)),
+                *("--rounds", "1", "--warmup", "0.1", "--duration", "0.3"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=110,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "round 1:" in proc.stdout
+        medians = [line for line in proc.stdout.splitlines() if "lock-step" in line and "×" in line]
+        assert len(medians) == 2, proc.stdout

@@ -286,7 +286,7 @@ class Verld:
         self.socket = str(tmp / "verld.sock")
         self.log_path = tmp / f"verld-{serial}.log"
         config = tmp / f"verld-{serial}.yaml"
-        config.write_text(yaml.safe_dump(_verld_config(link, self.socket, window)))
+        config.write_text(yaml.safe_dump(verld_config(link, self.socket, window)))
         notify_path = str(tmp / f"notify-{serial}.sock")
         with (
             socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify,
@@ -346,7 +346,7 @@ class Verld:
         return self.procs.stop(self.proc)
 
 
-def _verld_config(link: str, sock: str, window: int) -> dict[str, Any]:
+def verld_config(link: str, sock: str, window: int) -> dict[str, Any]:
     """No retries (a lost frame must show up as an error), a 1 s heartbeat, INFO logs."""
     return {
         "device": {"port": link, "timeout": 10.0, "retry": 0, "window": window},

@@ -1,0 +1,155 @@
+"""A/B two verld checkouts on the bench's two ratio targets, interleaved, in one run.
+
+    tools/bench-ab OLD_CHECKOUT [NEW_CHECKOUT] [--rounds N]
+
+e.g. `git worktree add /tmp/before HEAD~3 && tools/bench-ab /tmp/before`. Each round
+measures `direct` (the generator on the pty), then verld from each checkout (the
+order alternates per round), all against one verld-sim and with this checkout's
+generators (tools/bench --worker):
+
+- lock-step: one blocking client, 32-byte echoes → p50 ratio to direct's p50;
+- pipelined: 16 clients × 8 in flight, window 8 → calls/s ratio to direct with 8
+  in flight.
+
+Ratios are taken within a round; the medians over rounds are printed last. Every
+call is checked as in the bench; a wrong or missing reply exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchlib.meter import Spec
+from benchlib.procs import BenchError, Procs, Sim, flush_pty, verld_config
+
+TOOLS = Path(__file__).resolve().parent.parent
+BENCH = str(TOOLS / "bench")
+
+
+def work(spec: Spec) -> dict[str, Any]:
+    """One generator run; its RESULT (BenchError when a call went wrong)."""
+    out = subprocess.run(
+        [sys.executable, BENCH, "--worker", spec.to_json()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    ).stdout
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        raise BenchError(f"the generator gave no result:\n{out[-2000:]}")
+    result: dict[str, Any] = json.loads(lines[0][7:])
+    if result["errors"]:
+        raise BenchError(f"wrong or missing replies: {result.get('error_samples')}")
+    return result
+
+
+def start_verld(
+    procs: Procs, tmp: Path, checkout: Path, link: str, name: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """verld from `checkout` (its own package first on the path), window 8; (proc, socket)."""
+    sock = str(tmp / f"{name}.sock")
+    cfg = tmp / f"{name}.yaml"
+    cfg.write_text(yaml.safe_dump(verld_config(link, sock, 8)))
+    # `python -m verld` would import the verld of the current directory first
+    run = (
+        "import sys, runpy; sys.path.insert(0, sys.argv.pop(1)); "
+        "runpy.run_module('verld', run_name='__main__', alter_sys=True)"
+    )
+    proc = procs.spawn([sys.executable, "-c", run, str(checkout), "--config", str(cfg)])
+    deadline = time.monotonic() + 20
+    while not os.path.exists(sock):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise BenchError(f"verld from {checkout} did not start")
+        time.sleep(0.02)
+    time.sleep(0.3)  # the link comes up (handshake) before the first call
+    return proc, sock
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog="tools/bench-ab",
+        description=(__doc__ or "").split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("old", type=Path, help="checkout whose verld is A")
+    parser.add_argument("new", type=Path, nargs="?", default=TOOLS.parent, help="B (this one)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=float, default=0.5, help="seconds before each window")
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds measured")
+    args = parser.parse_args()
+    checkouts = {"A": args.old.resolve(), "B": args.new.resolve()}
+    for name, path in checkouts.items():
+        if not (path / "verld" / "__init__.py").exists():
+            parser.error(f"{name}: {path} holds no verld package")
+    procs = Procs()
+    ratios: dict[str, list[float]] = {f"{n} {w}": [] for n in checkouts for w in ("lock", "pipe")}
+    try:
+        with tempfile.TemporaryDirectory(prefix="verld-ab-") as tmpdir:
+            tmp = Path(tmpdir)
+            sim = Sim(procs, tmp, 4096)
+            for rnd in range(args.rounds):
+                flush_pty(sim.link)
+                lock = Spec(
+                    "pty",
+                    sim.link,
+                    1,
+                    1,
+                    32,
+                    args.warmup,
+                    args.duration,
+                    max_payload=4096,
+                    seed=rnd,
+                )
+                pipe = Spec(
+                    "pty",
+                    sim.link,
+                    1,
+                    8,
+                    32,
+                    args.warmup,
+                    args.duration,
+                    max_payload=4096,
+                    seed=rnd,
+                )
+                d_p50 = float(work(lock)["latency_us"]["p50"])
+                d_rate = float(work(pipe)["rate"])
+                line = [f"round {rnd + 1}: direct p50 {d_p50:.1f} µs, 8 in flight {d_rate:,.0f}/s"]
+                order = list(checkouts) if rnd % 2 == 0 else list(reversed(checkouts))
+                for name in order:
+                    proc, sock = start_verld(procs, tmp, checkouts[name], sim.link, f"{name}{rnd}")
+                    try:
+                        lock_v = Spec("api", sock, 1, 1, 32, args.warmup, args.duration, seed=rnd)
+                        pipe_v = Spec("api", sock, 16, 8, 32, args.warmup, args.duration, seed=rnd)
+                        p50 = float(work(lock_v)["latency_us"]["p50"])
+                        rate = float(work(pipe_v)["rate"])
+                    finally:
+                        procs.stop(proc)
+                    ratios[f"{name} lock"].append(p50 / d_p50)
+                    ratios[f"{name} pipe"].append(rate / d_rate)
+                    line.append(f"{name} {p50 / d_p50:.2f}× p50, {rate / d_rate:.2f}× calls/s")
+                print(" | ".join(line), flush=True)
+    except BenchError as exc:
+        print(f"bench-ab: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        procs.stop_all()
+    print("medians over rounds (lock-step p50 / direct: target <= 2; window 8 / direct: >= 0.7):")
+    for name, path in checkouts.items():
+        lock_m = statistics.median(ratios[f"{name} lock"])
+        pipe_m = statistics.median(ratios[f"{name} pipe"])
+        print(f"  {name} {path}: lock-step {lock_m:.2f}×, window 8 {pipe_m:.2f}×")
+    return 0
