@@ -630,3 +630,21 @@ class TestDeadlines:
             await h.stop()
 
         run_virtual(main)
+
+    def test_a_retry_does_not_delay_an_earlier_deadline(self) -> None:
+        """B (1 s, one retry) and A (1.5 s) sent together: B's retry at +1 s goes out with a
+        deadline of +2 s, yet A still times out at +1.5 s."""
+
+        async def main() -> None:
+            h = harness(self.NO_PING.replace("misses: 3", "misses: 9"))
+            h.start()
+            await h.up()
+            h.device.hung = True
+            t0 = h.loop.time()
+            b = h.call(b"\x01b", timeout=1.0, retry=1)
+            a = h.call(b"\x01a", timeout=1.5)
+            assert await self._ended_at(h, a) - t0 == pytest.approx(1.5, abs=0.005)
+            assert await self._ended_at(h, b) - t0 == pytest.approx(2.0, abs=0.005)
+            await h.stop()
+
+        run_virtual(main)

@@ -484,7 +484,7 @@ class Session:
             # an earlier timeout may have resent it (new deadline) or dropped the link
             if self._inflight.get(call.seq) is call and call.deadline <= due:
                 self._on_timeout(call)
-        if self._inflight and self._sweep_timer is None:
+        if self._inflight:  # a retry above may have armed for a later deadline than these
             earliest = min(c.deadline for c in self._inflight.values())
             # not before 1 ms from now: a clock that fired early cannot make a busy loop
             self._arm_sweep(max(earliest, now + 0.001))
