@@ -206,12 +206,10 @@ class Session:
             not queue.waiting
             and excl is None
             and not self._holds
-            and self.link.state is LinkState.UP
-            and self._guard_until is None
-            and self._transport is not None
             and len(self._inflight) < self.window
+            and self._writable()
         ):
-            self._send([call])  # nobody waits and the window has room: straight out
+            self._send([call])  # what _pump would do, without the trip through the queue
             return
         queue.push(call)
         if self._debug:
@@ -399,11 +397,7 @@ class Session:
             self._pump_wanted = True
             return
         self._pump_wanted = False
-        if (
-            self.link.state is not LinkState.UP
-            or self._guard_until is not None
-            or self._transport is None
-        ):
+        if not self._writable():
             return
         room = self.window - len(self._inflight)
         if room <= 0 or not self.queue.ready():
@@ -415,6 +409,14 @@ class Session:
                 call.timer = None
         if batch:
             self._send(batch)
+
+    def _writable(self) -> bool:
+        """Calls may go out now: the link is up, no guard period, a transport."""
+        return (
+            self.link.state is LinkState.UP
+            and self._guard_until is None
+            and self._transport is not None
+        )
 
     def _alloc_seq(self) -> int:
         seq = self._next_seq

@@ -82,6 +82,9 @@ class FdTransport:
             self._lose("hangup")
             return
         self._polled = False
+        self._deliver(data)
+
+    def _deliver(self, data: bytes) -> None:
         self.bytes_rx += len(data)
         if self.tap is not None:
             self.tap("rx", data)
@@ -102,10 +105,7 @@ class FdTransport:
             return  # nothing yet (EAGAIN), or a hang-up the reader callback will report
         self._polled = True
         if data:
-            self.bytes_rx += len(data)
-            if self.tap is not None:
-                self.tap("rx", data)
-            self._handler.link_data(data)
+            self._deliver(data)
 
     def write(self, data: bytes) -> None:
         """Queue bytes; written at once when the fd can take them."""

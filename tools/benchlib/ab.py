@@ -19,19 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchlib.meter import Spec
-from benchlib.procs import BenchError, Procs, Sim, flush_pty, verld_config
+from benchlib.procs import BenchError, Procs, Sim, Verld, flush_pty
 
 TOOLS = Path(__file__).resolve().parent.parent
 BENCH = str(TOOLS / "bench")
@@ -53,28 +49,6 @@ def work(spec: Spec) -> dict[str, Any]:
     if result["errors"]:
         raise BenchError(f"wrong or missing replies: {result.get('error_samples')}")
     return result
-
-
-def start_verld(
-    procs: Procs, tmp: Path, checkout: Path, link: str, name: str
-) -> tuple[subprocess.Popen[bytes], str]:
-    """verld from `checkout` (its own package first on the path), window 8; (proc, socket)."""
-    sock = str(tmp / f"{name}.sock")
-    cfg = tmp / f"{name}.yaml"
-    cfg.write_text(yaml.safe_dump(verld_config(link, sock, 8)))
-    # `python -m verld` would import the verld of the current directory first
-    run = (
-        "import sys, runpy; sys.path.insert(0, sys.argv.pop(1)); "
-        "runpy.run_module('verld', run_name='__main__', alter_sys=True)"
-    )
-    proc = procs.spawn([sys.executable, "-c", run, str(checkout), "--config", str(cfg)])
-    deadline = time.monotonic() + 20
-    while not os.path.exists(sock):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise BenchError(f"verld from {checkout} did not start")
-        time.sleep(0.02)
-    time.sleep(0.3)  # the link comes up (handshake) before the first call
-    return proc, sock
 
 
 def main() -> int:
@@ -127,15 +101,16 @@ def main() -> int:
                 d_rate = float(work(pipe)["rate"])
                 line = [f"round {rnd + 1}: direct p50 {d_p50:.1f} µs, 8 in flight {d_rate:,.0f}/s"]
                 order = list(checkouts) if rnd % 2 == 0 else list(reversed(checkouts))
-                for name in order:
-                    proc, sock = start_verld(procs, tmp, checkouts[name], sim.link, f"{name}{rnd}")
+                for serial, name in enumerate(order, 1):
+                    daemon = Verld(procs, tmp, sim.link, 8, 2 * rnd + serial, checkouts[name])
+                    sock = daemon.socket
                     try:
                         lock_v = Spec("api", sock, 1, 1, 32, args.warmup, args.duration, seed=rnd)
                         pipe_v = Spec("api", sock, 16, 8, 32, args.warmup, args.duration, seed=rnd)
                         p50 = float(work(lock_v)["latency_us"]["p50"])
                         rate = float(work(pipe_v)["rate"])
                     finally:
-                        procs.stop(proc)
+                        daemon.stop()
                     ratios[f"{name} lock"].append(p50 / d_p50)
                     ratios[f"{name} pipe"].append(rate / d_rate)
                     line.append(f"{name} {p50 / d_p50:.2f}× p50, {rate / d_rate:.2f}× calls/s")

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchlib.meter import Meter, Payloads, Spec
-from benchlib.peers import open_pty
+from benchlib.peers import api_echo_ok, open_pty
 from verld.codec.verl import FrameDecoder, encode_frame
 
 _REQUEST, _REPLY = 0x11, 0x12
@@ -146,12 +146,7 @@ def _api_calls(
         except ValueError:
             meter.error(f"unreadable reply {reply[:80]!r}")
             return
-        if not (
-            msg.get("id") == call_id
-            and msg.get("ok") is True
-            and msg.get("status") == 0
-            and msg.get("data") == expected.decode()
-        ):
+        if not (isinstance(msg, dict) and msg.get("id") == call_id and api_echo_ok(msg, expected)):
             meter.error(f"id {call_id}: {json.dumps(msg)[:100]}")
             return
         meter.answered -= 1

@@ -16,7 +16,7 @@ import termios
 import time
 import tty
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from benchlib.meter import Meter, Payloads, Spec
 from verld.codec.verl import FrameDecoder, encode_frame
@@ -270,8 +270,7 @@ class ApiPeer(asyncio.Protocol):
             meter.error(f"reply for unknown id {call_id!r}")
             return
         sent, expected = entry
-        data = msg.get("data")
-        if msg.get("ok") is True and msg.get("status") == 0 and data == expected.decode():
+        if api_echo_ok(msg, expected):
             meter.good(now - sent)
         else:
             meter.answered += 1
@@ -281,3 +280,8 @@ class ApiPeer(asyncio.Protocol):
     @property
     def outstanding(self) -> int:
         return len(self.pending)
+
+
+def api_echo_ok(msg: dict[str, Any], expected: bytes) -> bool:
+    """A parsed API reply is the successful echo of `expected` (base64 of the data)."""
+    return msg.get("ok") is True and msg.get("status") == 0 and msg.get("data") == expected.decode()

@@ -279,14 +279,26 @@ class Socat:
 
 
 class Verld:
-    """verld on the sim's pty; `ready_s` is process start → READY=1 on $NOTIFY_SOCKET."""
+    """verld on the sim's pty; `ready_s` is process start → READY=1 on $NOTIFY_SOCKET.
 
-    def __init__(self, procs: Procs, tmp: Path, link: str, window: int, serial: int) -> None:
+    `checkout`: run the verld package of another checkout (tools/bench-ab) instead of
+    the one `python -m verld` finds first.
+    """
+
+    def __init__(
+        self,
+        procs: Procs,
+        tmp: Path,
+        link: str,
+        window: int,
+        serial: int,
+        checkout: Path | None = None,
+    ) -> None:
         self.procs = procs
         self.socket = str(tmp / "verld.sock")
         self.log_path = tmp / f"verld-{serial}.log"
         config = tmp / f"verld-{serial}.yaml"
-        config.write_text(yaml.safe_dump(verld_config(link, self.socket, window)))
+        config.write_text(yaml.safe_dump(_verld_config(link, self.socket, window)))
         notify_path = str(tmp / f"notify-{serial}.sock")
         with (
             socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify,
@@ -296,7 +308,7 @@ class Verld:
             env = {**os.environ, "NOTIFY_SOCKET": notify_path}
             started = time.perf_counter()
             self.proc = procs.spawn(
-                [sys.executable, "-m", "verld", "--config", str(config)],
+                [*_verld_command(checkout), "--config", str(config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -346,7 +358,18 @@ class Verld:
         return self.procs.stop(self.proc)
 
 
-def verld_config(link: str, sock: str, window: int) -> dict[str, Any]:
+def _verld_command(checkout: Path | None) -> list[str]:
+    if checkout is None:
+        return [sys.executable, "-m", "verld"]
+    # `python -m verld` would import the verld of the current directory first
+    run = (
+        "import sys, runpy; sys.path.insert(0, sys.argv.pop(1)); "
+        "runpy.run_module('verld', run_name='__main__', alter_sys=True)"
+    )
+    return [sys.executable, "-c", run, str(checkout)]
+
+
+def _verld_config(link: str, sock: str, window: int) -> dict[str, Any]:
     """No retries (a lost frame must show up as an error), a 1 s heartbeat, INFO logs."""
     return {
         "device": {"port": link, "timeout": 10.0, "retry": 0, "window": window},
