@@ -57,7 +57,7 @@ class TestDefaults:
         assert parse_config("") == parse_config("# nothing\n") == expected
 
     def test_default_values_match_the_design(self) -> None:
-        """The defaults are the ones DESIGN.md shows."""
+        """The defaults are the ones docs/config.md shows."""
         config = default_config()
         assert config.device.port == "/dev/ttyUSB0"
         assert config.device.codec == "verl"

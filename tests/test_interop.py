@@ -1,6 +1,6 @@
 """verld against an independent `verl` device (tests/independent/verl_device.py).
 
-The device was written from DESIGN.md alone, with its own COBS and CRC framing,
+The device was written from docs/protocol.md alone, with its own COBS and CRC framing,
 and runs as a subprocess on a real pty pair. These tests check that the two
 implementations agree on the wire and that verld keeps its promises when the
 device misbehaves: garbage between frames, a corrupted CRC, a reply that arrives

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from verld.link import Link, LinkState
+from verld.errors import LocalProtocolError
+from verld.link import AfterTimeout, Link, LinkState
 
 
 def make(**kw: float) -> Link:
@@ -49,7 +50,7 @@ class TestTransitions:
 
     def test_invalid_event_raises(self) -> None:
         """Opening a link that is not connecting is a programming error."""
-        with pytest.raises(RuntimeError):
+        with pytest.raises(LocalProtocolError):
             make().opened(0.0)
 
     def test_reconnects_counted_after_the_first_session(self) -> None:
@@ -126,3 +127,57 @@ class TestHeartbeat:
         assert not link.timeout()
         assert not link.timeout()
         assert link.timeout()
+
+
+class TestTimeoutPolicy:
+    def up(self, **kw: float) -> Link:
+        link = make(**kw)
+        link.attempt(0.0)
+        link.opened(0.0)
+        return link
+
+    def test_with_seqs_a_timeout_is_resent(self) -> None:
+        """With seqs a timed-out try is resent at once: no guard."""
+        link = self.up()
+        assert link.timed_out(1.0, seqs=True, tcp=False) is AfterTimeout.RESEND
+        assert link.guard_until is None
+
+    def test_serial_without_seqs_starts_the_quiet_guard(self) -> None:
+        """Without seqs on a serial line the guard runs for `guard` s from the timeout."""
+        link = self.up()
+        assert link.timed_out(1.0, seqs=False, tcp=False) is AfterTimeout.GUARD
+        assert link.guard_until == 1.1
+
+    def test_tcp_without_seqs_reconnects(self) -> None:
+        """Without seqs on tcp the connection is dropped so a late reply goes nowhere."""
+        assert self.up().timed_out(1.0, seqs=False, tcp=True) is AfterTimeout.RECONNECT
+
+    def test_misses_in_a_row_are_a_dead_link(self) -> None:
+        """The `misses`-th timeout in a row is DEAD, whatever the codec."""
+        link = self.up(misses=2)
+        link.timed_out(1.0, seqs=True, tcp=False)
+        assert link.timed_out(2.0, seqs=True, tcp=False) is AfterTimeout.DEAD
+
+    def test_a_handshake_timeout_only_fails(self) -> None:
+        """While connecting, a timed-out (handshake) ping just fails the attempt."""
+        link = make()
+        link.attempt(0.0)
+        assert link.timed_out(1.0, seqs=False, tcp=False) is AfterTimeout.FAIL
+        assert link.guard_until is None
+
+    def test_noise_during_the_guard_restarts_it(self) -> None:
+        """Bytes during the guard are discarded and push its end `guard` s out."""
+        link = self.up()
+        link.timed_out(1.0, seqs=False, tcp=False)
+        assert link.noise(1.5) and link.guard_until == 1.6
+        assert not link.guard_over(1.55)
+        assert link.guard_over(1.6)
+        assert not link.noise(1.7)
+        assert link.guard_until is None
+
+    def test_losing_the_link_ends_the_guard(self) -> None:
+        """A lost link has no guard left running."""
+        link = self.up()
+        link.timed_out(1.0, seqs=False, tcp=False)
+        link.lost(1.01, "EIO")
+        assert link.guard_until is None

@@ -66,9 +66,13 @@ class DocClient:
             buf += chunk
         return buf
 
-    def recv(self) -> Msg:
+    def recv_raw(self) -> bytes:
+        """One message's JSON bytes, exactly as verld wrote them."""
         (n,) = struct.unpack(">I", self._exact(4))
-        msg: Msg = json.loads(self._exact(n).decode("utf-8"))
+        return self._exact(n)
+
+    def recv(self) -> Msg:
+        msg: Msg = json.loads(self.recv_raw().decode("utf-8"))
         return msg
 
     def reply(self, req_id: Any) -> Msg:
@@ -210,6 +214,55 @@ class TestOps:
         assert all({"ts", "level", "msg"} <= set(rec) for rec in records)
         assert "verld_calls_total" in client.request("metrics")["text"]
 
+    @pytest.mark.timeout(20)
+    def test_logs_and_metrics_sizes(self, client: DocClient) -> None:
+        """logs never gives more than the ring's 1000 records; metrics is about 5 KB."""
+        assert len(client.request("logs", lines=5000)["records"]) <= 1000
+        client.send({"op": "metrics", "id": "m"})
+        assert 4000 < len(client.recv_raw()) < 8000
+
+
+class TestIds:
+    @pytest.mark.timeout(20)
+    def test_ids_come_back_as_json_values_not_bytes(self, client: DocClient) -> None:
+        """An id is re-encoded: "café" as "caf\\u00e9", "\\u0074" as "t", -0 as 0."""
+        cases = [
+            ('"café"'.encode(), b'"caf\\u00e9"'),
+            (b'"\\u0074"', b'"t"'),
+            (b"-0", b"0"),
+            (b"9223372036854775807", b"9223372036854775807"),
+            (b"-9223372036854775808", b"-9223372036854775808"),
+        ]
+        for sent, back in cases:
+            for op in (b'"call","data":"AXg="', b'"status"'):  # the fast and the general path
+                client.send_raw(b'{"op":%s,"id":%s}' % (op, sent))
+                raw = client.recv_raw()
+                assert raw.startswith(b'{"id":' + back + b',"ok":true,'), (sent, raw[:60])
+                assert json.loads(raw)["id"] == json.loads(sent)
+
+    @pytest.mark.timeout(20)
+    def test_a_key_given_twice_counts_with_its_last_value(self, client: DocClient) -> None:
+        """{"id":1,"id":2} is answered as id 2."""
+        client.send_raw(b'{"op":"status","id":1,"id":2}')
+        assert client.recv()["id"] == 2
+
+    @pytest.mark.timeout(20)
+    def test_two_outstanding_requests_with_one_id_are_both_answered(
+        self, client: DocClient
+    ) -> None:
+        """Both replies carry the id; only their content (here, the order) differs."""
+        client.send({"op": "call", "id": 7, "data": b64("03012c01")})  # 300 ms, then 01
+        client.send({"op": "call", "id": 7, "data": b64("0102")})
+        first, second = client.recv(), client.recv()
+        assert (first["id"], second["id"]) == (7, 7)
+        assert (first["data"], second["data"]) == (b64("02"), b64("01"))
+
+    @pytest.mark.timeout(20)
+    def test_ms_is_written_with_a_point_and_three_decimals(self, client: DocClient) -> None:
+        """A successful call's ms: digits, '.', exactly three decimals."""
+        client.send({"op": "call", "id": "ms", "data": b64("01aabb")})
+        assert re.search(rb',"ms":\d+\.\d{3},', client.recv_raw())
+
 
 class TestEvents:
     @pytest.mark.timeout(20)
@@ -267,6 +320,8 @@ BAD_REQUESTS: list[tuple[bytes, str, Any]] = [
     (b'{"op": "status"}', "bad_request", None),
     (b'{"op": "status", "id": true}', "bad_request", None),
     (b'{"op": "status", "id": 1.5}', "bad_request", None),
+    (b'{"op": "status", "id": 1.0}', "bad_request", None),
+    (b'{"op": "status", "id": 1e3}', "bad_request", None),
     (b'{"op": "status", "id": null}', "bad_request", None),
     (b'{"op": "call", "id": 1, "data": "AQ==", "timeout": NaN}', "bad_request", None),
     (b"[" * 100000 + b"]" * 100000, "bad_request", None),
@@ -276,10 +331,14 @@ BAD_REQUESTS: list[tuple[bytes, str, Any]] = [
     (b'{"op": "call", "id": 4, "data": "AQ"}', "bad_request", 4),
     (b'{"op": "call", "id": 5, "data": "AQ==", "timeout": -1}', "bad_request", 5),
     (b'{"op": "call", "id": 6, "data": "AQ==", "retry": 1.0}', "bad_request", 6),
+    (b'{"op": "call", "id": 13, "data": "AQ==", "retry": 101}', "bad_request", 13),
+    (b'{"op": "call", "id": 14, "data": "AQ==", "retry": -1}', "bad_request", 14),
+    (b'{"op": "call", "id": 15, "data": "AQ==", "timeout": 3600.5}', "bad_request", 15),
     (b'{"op": "call", "id": 7, "data": "AQ==", "wait": "yes"}', "bad_request", 7),
     (b'{"op": "call", "id": 8, "text": "\\ud800"}', "bad_request", 8),
     (b'{"op": "subscribe", "id": 9, "topics": ["bogus"]}', "bad_request", 9),
     (b'{"op": "lease", "id": 10, "seconds": 0.5}', "bad_request", 10),
+    (b'{"op": "lease", "id": 16, "seconds": 60.5}', "bad_request", 16),
     (b'{"op": "release", "id": 11}', "bad_request", 11),
     (b'{"op": "call", "id": 12, "data": "' + b"A" * 5464 + b'"}', "too_large", 12),
 ]

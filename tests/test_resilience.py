@@ -413,27 +413,6 @@ class LengthPeer:
         os.close(self._slave)
 
 
-class TcpSim:
-    """verld-sim listening on TCP (`--tcp 0`), with a control socket."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.control_path = str(tmp / "sim.ctl")
-        cmd = [sys.executable, "-m", "verld.sim", "--tcp", "0", "--control", self.control_path]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        if not line.startswith("READY tcp://"):
-            self.stop()
-            raise AssertionError(f"verld-sim --tcp did not start: {line!r}")
-        self.url = line.split()[1]
-
-    def control(self, command: str) -> dict[str, Any]:
-        return SimProc.control(self, command)  # type: ignore[arg-type]
-
-    def stop(self) -> None:
-        SimProc.stop(self)  # type: ignore[arg-type]
-
-
 class TestOtherLinks:
     @pytest.mark.timeout(30)
     def test_device_absent_at_start_comes_up_when_it_appears(self, tmp_path: Path) -> None:
@@ -503,8 +482,8 @@ class TestOtherLinks:
     @pytest.mark.timeout(30)
     def test_tcp_link_survives_a_dropped_connection(self, tmp_path: Path) -> None:
         """On tcp://, the device closing the connection is a loss; verld reconnects by itself."""
-        sim = TcpSim(tmp_path)
-        d = start(tmp_path, sim.url)
+        sim = SimProc(tmp_path, tcp=True)
+        d = start(tmp_path, sim.address)
         try:
             sub = d.client()
             sub.subscribe(["link"])
@@ -526,8 +505,8 @@ class TestOtherLinks:
     @pytest.mark.timeout(30)
     def test_tcp_events_before_the_handshake_reply_are_dropped(self, tmp_path: Path) -> None:
         """On tcp://, device events arriving before the handshake reply never reach clients."""
-        sim = TcpSim(tmp_path)
-        d = start(tmp_path, sim.url)
+        sim = SimProc(tmp_path, tcp=True)
+        d = start(tmp_path, sim.address)
         try:
             sub = d.client()
             sub.subscribe(["link", "events"])

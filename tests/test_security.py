@@ -456,7 +456,7 @@ def _user(name: str) -> pwd.struct_passwd | None:
 
 
 class TestRoleTable:
-    """`role_for` without processes: the mapping rules of DESIGN.md."""
+    """`role_for` without processes: the mapping rules of docs/security.md ("Roles")."""
 
     @pytest.mark.parametrize(
         ("roles", "uid", "groups", "expected"),
@@ -630,7 +630,7 @@ WRONG_TYPES: list[tuple[dict[str, Any], str]] = [
     ({"op": "call"}, "bad_request"),
     ({**CALL, "text": "x"}, "bad_request"),
     *_cases(CALL, "timeout", (*NOT_NUMBER, False, 0, -1, -0.5, 3600.001, 1e308, 10**30)),
-    *_cases(CALL, "retry", (*NOT_INT, -1)),
+    *_cases(CALL, "retry", (*NOT_INT, -1, 101, 10**30)),
     *_cases(CALL, "wait", (0, 1, "true", [], {})),
     *_cases({"op": "lease"}, "seconds", (*NOT_NUMBER, 0, -1, 0.5, 61, 1e9)),
     ({"op": "lease"}, "bad_request"),
@@ -645,7 +645,7 @@ WRONG_TYPES: list[tuple[dict[str, Any], str]] = [
     ),
     *_cases({"op": "unsubscribe"}, "topics", (True, 0, {}, [0], ["nope"], "nope")),
     *(({"op": op, "junk": [1, {"x": None}]}, "ok") for op in ("status", "metrics", "hello")),
-    ({**CALL, "timeout": 3600, "retry": 10**30, "junk": 1}, "ok"),
+    ({**CALL, "timeout": 3600, "retry": 100, "junk": 1}, "ok"),
     ({"op": "logs", "lines": 10**300}, "ok"),
 ]
 
@@ -656,7 +656,7 @@ WRONG_RAW: list[tuple[bytes, str]] = [
     (b'{"op":"lease","id":"r","seconds":1e999}', "bad_request"),
     (b'{"op":"lease","id":"r","seconds":-1e999}', "bad_request"),
     (b'{"op":"call","id":"r","text":"\\ud800"}', "bad_request"),  # lone surrogate
-    (b'{"op":"call","id":"r","data":"AQ==","retry":' + b"9" * 4000 + b"}", "ok"),
+    (b'{"op":"call","id":"r","data":"AQ==","retry":' + b"9" * 4000 + b"}", "bad_request"),
     # regression: an int above ~1.8e308 made math.isfinite raise OverflowError, and
     # asyncio closed the connection without a reply
     (b'{"op":"call","id":"r","data":"AQ==","timeout":1' + b"0" * 400 + b"}", "bad_request"),

@@ -10,9 +10,11 @@ from structlog.testing import capture_logs
 from support import SimProc
 
 from verld.calls import Call, CallResult
+from verld.codec.select import make_codec
 from verld.config import parse_config
 from verld.link import LinkState, Transition
-from verld.session import Session, make_codec
+from verld.session import Session
+from verld.supervisor import Supervisor
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -24,10 +26,11 @@ async def with_session(sim: SimProc, body: Any, debug: bool = False) -> list[Tra
         "reconnect: {initial: 0.05, max: 0.2}\n"
     )
     seen: list[Transition] = []
-    session = Session(cfg, make_codec(cfg), sim.link, on_event=lambda *a: None,
-                      on_link=seen.append)  # fmt: skip
+    session = Session(cfg, make_codec(cfg), sim.link, clock=asyncio.get_running_loop(),
+                      on_event=lambda *a: None, on_link=seen.append)  # fmt: skip
     session.set_debug(debug)
-    runner = asyncio.create_task(session.run())
+    supervisor = Supervisor(session)
+    runner = asyncio.create_task(supervisor.run())
     try:
         for _ in range(200):
             if session.state is LinkState.UP:
@@ -35,7 +38,7 @@ async def with_session(sim: SimProc, body: Any, debug: bool = False) -> list[Tra
             await asyncio.sleep(0.01)
         await body(session)
     finally:
-        await session.close(1.0)
+        await supervisor.close(1.0)
         runner.cancel()
         try:
             await runner
@@ -105,9 +108,9 @@ class TestSession:
         frames: list[tuple[str, str, int | None, int | None, bytes]] = []
 
         async def body(session: Session) -> None:
-            session.traffic = lambda *f: frames.append(f)
+            session.set_taps(lambda *f: frames.append(f), None)
             await call(session, b"\x01ab")
-            session.traffic = None
+            session.set_taps(None, None)
 
         asyncio.run(with_session(sim, body))
         tx = [f for f in frames if f[0] == "tx" and f[1] == "request"]

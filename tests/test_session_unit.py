@@ -2,11 +2,11 @@
 
 Strategy: `VirtualClockLoop` is a real asyncio loop whose clock jumps to the next
 timer whenever nothing is ready, so heartbeat, timeout, backoff and wait timings
-are exact and a minute of link time takes milliseconds. `verld.session.open_link`
-is replaced by a fake that hands the session a `FakeTransport`: requests written
-to it go to a `FakeDevice`, which answers (or not) through `Session.link_data`,
-as the fd transport would. Only the session's public surface is used: `submit`,
-`run`, `close`, `status` and the transport callbacks.
+are exact and a minute of link time takes milliseconds. The supervisor's `opener`
+is a fake that hands the session a `FakeTransport`: requests written to it go to
+a `FakeDevice`, which answers (or not) through `Session.link_data`, as the fd
+transport would. Only the session's public surface is used: `submit`,
+`status` and the transport callbacks, with the supervisor's `run` and `close`.
 """
 
 from __future__ import annotations
@@ -14,20 +14,22 @@ from __future__ import annotations
 import asyncio
 import random
 import selectors
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import verld.session as session_module
 from verld.calls import Call, CallResult
+from verld.codec.select import make_codec
 from verld.codec.verl import FrameDecoder, encode_frame
 from verld.config import parse_config
+from verld.errors import OpenError
 from verld.link import LinkState, Transition
-from verld.session import Session, make_codec
-from verld.transport import LinkHandler, OpenError
+from verld.session import Session
+from verld.supervisor import Supervisor
+from verld.transport import LinkHandler
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -176,18 +178,20 @@ class Harness:
             cfg,
             make_codec(cfg),
             port,
+            clock=self.loop,
             on_event=lambda data, _text, gen: self.events.append((data, gen)),
             on_link=lambda t: self.transitions.append((self.loop.time(), t)),
             rng=random.Random(1),
         )
+        self.supervisor = Supervisor(self.session, self.device.open_link)
         self.task: asyncio.Task[None] | None = None
         self.owner = object()
 
     def start(self) -> None:
-        self.task = self.loop.create_task(self.session.run())
+        self.task = self.loop.create_task(self.supervisor.run())
 
     async def stop(self) -> None:
-        await self.session.close(0.0)
+        await self.supervisor.close(0.0)
         if self.task is not None:
             await asyncio.wait_for(self.task, 10)
 
@@ -224,40 +228,18 @@ class Harness:
         return [at for at, t in self.transitions if t.state is LinkState.DOWN]
 
 
-@pytest.fixture
-def fake_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Route the session's open_link to the harness's fake device."""
-
-    async def open_link(cfg: Any, port: str, handler: LinkHandler, timeout: float) -> Any:
-        device = _current.device
-        return await device.open_link(cfg, port, handler, timeout)
-
-    monkeypatch.setattr(session_module, "open_link", open_link)
-    yield
-
-
-class _Current:
-    device: FakeDevice
-
-
-_current = _Current()
-
-
 def answered(results: list[CallResult]) -> Callable[[], bool]:
     """A predicate: the call whose results land in `results` has ended."""
     return lambda: bool(results)
 
 
 def harness(config: str = CONFIG, port: str = "/dev/fake", **device: Any) -> Harness:
-    h = Harness(config, port, **device)
-    _current.device = h.device
-    return h
+    return Harness(config, port, **device)
 
 
 # --- tests ------------------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("fake_open")
 class TestHeartbeat:
     def test_idle_hang_is_down_at_interval_plus_misses_times_timeout(self) -> None:
         """Idle and hung: first ping after `interval`, down after `misses` × `timeout` more."""
@@ -361,7 +343,6 @@ class TestHeartbeat:
         run_virtual(main)
 
 
-@pytest.mark.usefixtures("fake_open")
 class TestLoss:
     def test_hangup_fails_every_in_flight_call_at_once(self) -> None:
         """A hang-up fails all calls on the link with link_down at that very moment."""
@@ -465,7 +446,6 @@ class TestLoss:
         run_virtual(main)
 
 
-@pytest.mark.usefixtures("fake_open")
 class TestWait:
     def test_waiting_call_fails_after_exactly_its_timeout(self) -> None:
         """wait: true with the link down: link_down once its timeout has passed, not before."""
@@ -518,7 +498,6 @@ def scenarios(draw: st.DrawFn) -> list[tuple[str, float]]:
     return draw(st.lists(st.tuples(ops, st.floats(0.0, 1.0)), min_size=1, max_size=25))
 
 
-@pytest.mark.usefixtures("fake_open")
 class TestExactlyOnce:
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(scenario=scenarios(), seed=st.integers(0, 2**32 - 1))
@@ -566,7 +545,6 @@ class TestExactlyOnce:
                 assert results[0].data == tag
 
 
-@pytest.mark.usefixtures("fake_open")
 class TestDeadlines:
     """One sweep timer serves every try on the link: each still ends at its own deadline."""
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import random
 import select
@@ -13,7 +12,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +33,8 @@ from verld.sim.device import (
     run_line,
 )
 from verld.sim.faults import Counters, Faults
+from verld.sim.launch import sim_command
+from verld.testing import SimProc
 
 REQUEST, REPLY, EVENT = 0x11, 0x12, 0x13
 MAX = 4096
@@ -113,26 +113,12 @@ class Stream:
             os.close(self.fd)
 
 
-class SimProcess:
-    """A running verld-sim with its link (or TCP address) and control socket."""
+class SimProcess(SimProc):
+    """A running verld-sim (verld.testing.SimProc) and the streams opened to it."""
 
     def __init__(self, workdir: Path, *args: str, tcp: bool = False) -> None:
-        self.control_path = str(workdir / "ctl")
+        super().__init__(workdir, *args, codec=None, tcp=tcp, timeout=10)
         self.streams: list[Stream] = []
-        where = ["--tcp", "0"] if tcp else ["--link", str(workdir / "dev")]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "verld.sim", *where, "--control", self.control_path, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert self.proc.stdout is not None
-        ready = select.select([self.proc.stdout], [], [], 10)[0]
-        line = self.proc.stdout.readline().decode() if ready else ""
-        if not line.startswith("READY "):
-            self.proc.kill()
-            _, err = self.proc.communicate(timeout=5)
-            raise AssertionError(f"no READY line: {line!r}; stderr: {err.decode()}")
-        self.address = line.split(" ", 1)[1].strip()
 
     def open(self) -> Stream:
         if self.address.startswith("tcp://"):
@@ -142,40 +128,12 @@ class SimProcess:
         self.streams.append(stream)
         return stream
 
-    def control(self, command: str) -> dict[str, Any]:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(5)
-            sock.connect(self.control_path)
-            sock.sendall(command.encode() + b"\n")
-            reply = b""
-            while not reply.endswith(b"\n"):
-                chunk = sock.recv(65536)
-                assert chunk, "control socket closed"
-                reply += chunk
-        answer: dict[str, Any] = json.loads(reply)
-        return answer
-
-    def counters(self) -> dict[str, int]:
-        counters: dict[str, int] = self.control("status")["counters"]
-        return counters
-
-    def stop(self) -> int:
+    def stop(self, sig: int = signal.SIGTERM) -> int:
         for stream in self.streams:
             with contextlib.suppress(OSError):
                 stream.close()
         self.streams.clear()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise
-        finally:
-            for pipe in (self.proc.stdout, self.proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+        return super().stop(sig)
 
 
 class Verl:
@@ -220,8 +178,8 @@ def start(workdir: Path) -> Iterator[Callable[..., SimProcess]]:
     yield starter
     for sim in sims:
         assert sim.stop() == 0
-    assert not (workdir / "dev").exists()
-    assert not (workdir / "ctl").exists()
+        assert not os.path.lexists(sim.link)
+        assert not os.path.lexists(sim.control_path)
 
 
 @pytest.fixture(scope="module")
@@ -553,16 +511,16 @@ class TestFaults:
             time.sleep(0.01)
 
     @pytest.mark.timeout(15)
-    def test_unplug_and_replug(self, start: Callable[..., SimProcess], workdir: Path) -> None:
+    def test_unplug_and_replug(self, start: Callable[..., SimProcess]) -> None:
         """Unplug: the daemon's fd reads b''/EIO and the link vanishes; it then comes back."""
         sim = start()
         verl = Verl(sim.open())
         assert verl.call(1, b"") == (REPLY, 1, b"\x00")
         assert sim.control("unplug 0.5")["plugged"] is False
         assert verl.stream.read(2) == b""
-        assert not (workdir / "dev").exists()
+        assert not os.path.exists(sim.link)
         deadline = time.monotonic() + 5
-        while not (workdir / "dev").exists():
+        while not os.path.exists(sim.link):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         fresh = Verl(sim.open())
@@ -570,12 +528,12 @@ class TestFaults:
         assert sim.counters()["unplugs"] == 1
 
     @pytest.mark.timeout(15)
-    def test_unplug_until_replug(self, start: Callable[..., SimProcess], workdir: Path) -> None:
+    def test_unplug_until_replug(self, start: Callable[..., SimProcess]) -> None:
         """`unplug 0` stays unplugged until `replug`."""
         sim = start()
         sim.control("unplug 0")
         time.sleep(0.3)
-        assert not (workdir / "dev").exists()
+        assert not os.path.exists(sim.link)
         assert sim.control("replug")["plugged"] is True
         assert Verl(sim.open()).call(1, b"") == (REPLY, 1, b"\x00")
 
@@ -657,9 +615,7 @@ class TestProcess:
     @pytest.mark.timeout(15)
     def test_default_link_path(self) -> None:
         """Without --link the device is at /tmp/verld-sim-<pid>."""
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "verld.sim"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-        )
+        proc = subprocess.Popen(sim_command(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         try:
             assert proc.stdout is not None
             line = proc.stdout.readline().decode()

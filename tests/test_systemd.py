@@ -2,7 +2,7 @@
 
 sd_notify: the test binds its own datagram socket and sets NOTIFY_SOCKET.
 Socket activation: /usr/bin/systemd-socket-activate. Journal: a real
-systemd-journald in a private mount namespace (NOTES.md, "systemd"), read back
+systemd-journald in a private mount namespace (docs/deploy.md, §7), read back
 with journalctl. Reload and drain: signals to a real verld on verld-sim.
 """
 

@@ -88,7 +88,9 @@ class TestPoll:
 
         async def body(transport: FdTransport, handler: Recorder, master: int) -> None:
             os.write(master, b"\x00reply\x00")
-            time.sleep(0.02)  # the bytes cross the pty; the loop does not run meanwhile
+            # Blocks on purpose (asyncio.sleep would let the loop read the bytes first):
+            # the bytes cross the pty while the loop does not run, so only poll() reads them.
+            time.sleep(0.02)  # noqa: ASYNC251
             transport.poll()
             assert handler.data == [b"\x00reply\x00"]
             transport._on_readable()  # what the loop runs next: its readiness was stale
@@ -114,7 +116,8 @@ class TestPoll:
 
         async def body(transport: FdTransport, handler: Recorder, master: int) -> None:
             os.write(master, b"late")
-            time.sleep(0.02)  # the loop does not run: nothing has read the bytes
+            # Blocks on purpose, as above: the loop does not run, so nothing reads the bytes.
+            time.sleep(0.02)  # noqa: ASYNC251
             transport.close()
             transport.poll()
             assert handler.data == [] and handler.lost == []

@@ -1,7 +1,11 @@
 """verld, the daemon: wiring only.
 
-config → logging → (simulated device) → session → API server → signals/systemd.
-Exit codes: 0 clean stop, 1 cannot serve (socket in use, sim failed), 2 bad config.
+config → logging → (simulated device) → session + supervisor → core → fronts (the
+API server) → signals/systemd. Every part that starts registers how it stops on
+one AsyncExitStack; the link's task runs in one TaskGroup, so a crash is logged,
+the rest is stopped in order and verld exits 1 (systemd's Restart=on-failure).
+Exit codes: 0 clean stop, 1 cannot serve (socket in use, sim failed) or a task
+crashed, 2 bad config.
 """
 
 from __future__ import annotations
@@ -10,21 +14,22 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import sys
-import tempfile
 from dataclasses import dataclass, field, replace
 
 import structlog
 
 from verld import __version__, httpmetrics, logs, systemd
+from verld.codec.select import make_codec
 from verld.config import Config, changed_keys, default_config, load_config
-from verld.errors import ConfigError
+from verld.errors import ConfigError, ServeError
+from verld.fronts.api import ApiServer
+from verld.fronts.base import Core
 from verld.link import Transition
-from verld.server import ApiServer
-from verld.session import Session, make_codec
-from verld.sockfile import SocketInUse
+from verld.session import Session
+from verld.sim.launch import SimChild, SimError
+from verld.supervisor import Supervisor
 
 log = structlog.get_logger("verld.daemon")
 
@@ -41,87 +46,19 @@ _DEVICE_KEYS = (
 )
 
 
-class SimError(Exception):
-    """The built-in simulated device did not start."""
-
-
-def _die_with_parent() -> None:
-    """In the sim child: get SIGTERM when verld dies, even by SIGKILL (Linux prctl)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-@dataclass
-class SimChild:
-    """verld-sim running as our child on a pty pair (`device.port: sim`)."""
-
-    proc: asyncio.subprocess.Process
-    link: str
-    tmpdir: str
-
-    @classmethod
-    async def start(cls, cfg: Config) -> SimChild:
-        tmpdir = tempfile.mkdtemp(prefix="verld-sim-")
-        link = os.path.join(tmpdir, "tty")
-        args = [
-            sys.executable,
-            "-m",
-            "verld.sim",
-            "--link",
-            link,
-            "--codec",
-            cfg.device.codec,
-            "--max-payload",
-            str(cfg.device.max_payload),
-        ]
-        proc = await asyncio.create_subprocess_exec(
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            preexec_fn=_die_with_parent,
-            # Its own session: Ctrl-C on `make run` reaches verld, which then stops the
-            # sim itself after draining, instead of the sim vanishing first.
-            start_new_session=True,
-        )
-        assert proc.stdout is not None
-        try:
-            line = await asyncio.wait_for(proc.stdout.readline(), 15)
-        except TimeoutError:
-            line = b""
-        if not line.startswith(b"READY"):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            shutil.rmtree(tmpdir, ignore_errors=True)
-            raise SimError(f"verld-sim did not start (exit {proc.returncode})")
-        return cls(proc, link, tmpdir)
-
-    async def stop(self) -> None:
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.terminate()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 3)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-        shutil.rmtree(self.tmpdir, ignore_errors=True)
-
-
 @dataclass
 class Daemon:
-    """The running daemon's parts, for reload and shutdown."""
+    """The running daemon's parts, wired once at `start`, for reload and shutdown."""
 
     cfg: Config
     config_path: str | None
+    socket_override: str | None = None  #: --socket, kept across reloads
     sim: SimChild | None = None
     session: Session | None = None
+    supervisor: Supervisor | None = None
     server: ApiServer | None = None
+    core: Core | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    socket_override: str | None = None  #: --socket, kept across reloads
 
     def port(self) -> str:
         return self.sim.link if self.sim is not None else self.cfg.device.port
@@ -135,17 +72,112 @@ class Daemon:
             f"port {self.port()}, {len(self.server.clients)} clients"
         )
 
-    def on_link(self, t: Transition) -> None:
-        if self.server is not None:
-            self.server.link_event(t)
+    # --- start: each part registers how it stops -----------------------------------------
+    async def start(self, stack: contextlib.AsyncExitStack) -> None:
+        """Sim, session, API front, metrics; ServeError when one cannot start."""
+        cfg = self.cfg
+        try:
+            listen = systemd.listen_socket()
+        except OSError as exc:
+            raise _Failed("socket_activation_failed", str(exc)) from None
+        if cfg.device.port == "sim":
+            await self._start_sim(stack)
+        loop = asyncio.get_running_loop()
+        core = self._wire_core(loop)
+        server = self.server = ApiServer(cfg, core, on_reload=self.reload)
+        server.debug = logs.level_enabled(cfg.log.level)
+        server.on_clients_changed = self.status_line
+        try:
+            await server.start(listen)
+        except OSError as exc:  # SocketInUse included
+            raise _Failed("cannot_serve", str(exc), socket=cfg.api.socket) from None
+        stack.push_async_callback(server.close)
+        if cfg.metrics.listen:
+            await self._start_http(stack, server)
+        self._signals(loop)
+        log.info("ready", socket="socket activation" if listen is not None else cfg.api.socket)
+        systemd.notify("READY=1")
+        self.status_line()
+        stop_watchdog = systemd.start_watchdog(loop)
+        if stop_watchdog is not None:
+            stack.callback(stop_watchdog)
+
+    async def _start_sim(self, stack: contextlib.AsyncExitStack) -> None:
+        dev = self.cfg.device
+        try:
+            sim = self.sim = await SimChild.start(dev.codec, dev.max_payload)
+        except (SimError, OSError) as exc:
+            raise _Failed("sim_failed", str(exc)) from None
+        stack.push_async_callback(sim.stop)
+        log.info("sim_started", link=sim.link, pid=sim.proc.pid)
+
+    def _wire_core(self, loop: asyncio.AbstractEventLoop) -> Core:
+        cfg = self.cfg
+        core = self.core = Core(cfg, make_codec(cfg), self.port(), clock=loop)
+        self.session, self.supervisor = core.session, core.supervisor
+        core.session.set_debug(logs.level_enabled(cfg.log.level))
+        core.listeners.append(self)
+        return core
+
+    async def _start_http(self, stack: contextlib.AsyncExitStack, server: ApiServer) -> None:
+        listen = self.cfg.metrics.listen
+        assert listen is not None
+        try:
+            http = await httpmetrics.serve(listen, server.metrics_text)
+        except OSError as exc:
+            raise _Failed("metrics_http_failed", str(exc), listen=listen) from None
+        stack.callback(http.close)
+
+    def _signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Handlers before READY=1: a SIGTERM or SIGHUP sent as soon as systemd hears
+        READY must not meet the default action (death by signal)."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_on_signal)
+
+    # --- running ---------------------------------------------------------------------------
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT, then drain; 1 when a task crashed (logged)."""
+        assert self.supervisor is not None and self.server is not None
+        crashed: list[Exception] = []
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self.supervisor.run(), name="link")
+                await self.stopping.wait()
+                await self._drain()
+        except* Exception as crash:
+            crashed.extend(crash.exceptions)
+        for exc in crashed:
+            log.error("task_crashed", error=repr(exc), exc_info=exc)
+        if crashed:
+            await self._drain()
+        return 1 if crashed else 0
+
+    async def _drain(self) -> None:
+        """Stop taking clients; in-flight calls finish (at most api.drain seconds)."""
+        assert self.supervisor is not None and self.server is not None
+        if self.supervisor.session.closing:
+            return
+        log.info("stopping", drain=self.cfg.api.drain)
+        systemd.notify("STOPPING=1")
+        await self.server.stop_accepting()
+        await self.supervisor.close(self.cfg.api.drain)
+
+    # --- a Listener of the core: the STATUS= line follows the link ---------------------------
+    def device_event(self, data: bytes, text: str | None, generation: int) -> None:
+        return None
+
+    def link_event(self, transition: Transition) -> None:
         self.status_line()
 
+    # --- reload ------------------------------------------------------------------------------
     def reload(self) -> list[str]:
         """Re-read the config and apply it; raises ConfigError and keeps the old one."""
         if self.config_path is None:
             raise ConfigError("verld was started without --config: nothing to re-read")
         new = with_socket(load_config(self.config_path), self.socket_override)
         assert self.session is not None and self.server is not None
+        assert self.supervisor is not None
         changed = changed_keys(self.cfg, new)
         if any(k.startswith("api.socket") for k in changed):
             log.warning("reload_socket_unchanged", reason="api.socket needs a restart")
@@ -153,93 +185,57 @@ class Daemon:
         logs.setup(new.log.level, new.log.format)
         self.session.set_debug(logs.level_enabled(new.log.level))
         self.session.reconfigure(new)
+        assert self.core is not None
+        self.core.cfg = self.server.cfg = new
         self.server.debug = logs.level_enabled(new.log.level)
-        self.server.cfg = new
         self.server.reevaluate_roles()
         if any(k.startswith(_DEVICE_KEYS) for k in changed):
             new_port = new.device.port if new.device.port != old.device.port else None
             self.session.replace_device(make_codec(new), None if self.sim else new_port)
+            self.supervisor.request_reconnect("device settings changed by reload")
         log.info("reloaded", changed=",".join(changed) or "nothing")
         return changed
+
+    def _reload_on_signal(self) -> None:
+        systemd.reloading()
+        try:
+            self.reload()
+        except ConfigError as exc:
+            log.error("reload_failed", error=str(exc), kept="running config")
+        finally:
+            systemd.notify("READY=1")
+            self.status_line()
+
+
+class _Failed(ServeError):
+    """A part did not start: logged as `event` with the error and `fields`."""
+
+    def __init__(self, event: str, error: str, **fields: str) -> None:
+        super().__init__(error)
+        self.event, self.fields = event, fields
 
 
 async def serve(cfg: Config, config_path: str | None, socket_override: str | None = None) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code."""
-    loop = asyncio.get_running_loop()
-    d = Daemon(cfg, config_path, socket_override=socket_override)
-    loop_name = type(loop).__module__.split(".")[0]
-    log.info("starting", version=__version__, port=cfg.device.port, codec=cfg.device.codec,
-             event_loop=loop_name)  # fmt: skip
-    _raise_fd_limit(cfg.api.max_clients)
-    try:
-        listen = systemd.listen_socket()
-    except OSError as exc:
-        log.error("socket_activation_failed", error=str(exc))
-        return 1
-    if cfg.device.port == "sim":
-        try:
-            d.sim = await SimChild.start(cfg)
-        except (SimError, OSError) as exc:
-            log.error("sim_failed", error=str(exc))
-            return 1
-        log.info("sim_started", link=d.sim.link, pid=d.sim.proc.pid)
-    session = d.session = Session(
-        cfg, make_codec(cfg), d.port(), on_event=lambda *a: None, on_link=d.on_link
+    loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    log.info(
+        "starting",
+        version=__version__,
+        port=cfg.device.port,
+        codec=cfg.device.codec,
+        event_loop=loop_name,
     )
-    session.set_debug(logs.level_enabled(cfg.log.level))
-    server = d.server = ApiServer(cfg, session, on_reload=d.reload)
-    server.debug = logs.level_enabled(cfg.log.level)
-    session.on_event = server.device_event
-    server.on_clients_changed = d.status_line
-    try:
-        await server.start(listen)
-    except (SocketInUse, OSError) as exc:
-        log.error("cannot_serve", socket=cfg.api.socket, error=str(exc))
-        if d.sim is not None:
-            await d.sim.stop()
-        return 1
-    http = None
-    if cfg.metrics.listen:
+    _raise_fd_limit(cfg.api.max_clients)
+    d = Daemon(cfg, config_path, socket_override=socket_override)
+    async with contextlib.AsyncExitStack() as stack:
         try:
-            http = await httpmetrics.serve(cfg.metrics.listen, server.metrics_text)
-        except OSError as exc:
-            log.error("metrics_http_failed", listen=cfg.metrics.listen, error=str(exc))
-            await server.close()
-            if d.sim is not None:
-                await d.sim.stop()
+            await d.start(stack)
+        except _Failed as exc:
+            log.error(exc.event, error=str(exc), **exc.fields)
             return 1
-    # Handlers before READY=1: a SIGTERM or SIGHUP sent as soon as systemd hears
-    # READY must not meet the default action (death by signal).
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, d.stopping.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload_on_signal(d))
-    where = "socket activation" if listen is not None else cfg.api.socket
-    log.info("ready", socket=where)
-    systemd.notify("READY=1")
-    d.status_line()
-    stop_watchdog = systemd.start_watchdog(loop)
-    runner = asyncio.create_task(session.run(), name="session")
-    stopper = asyncio.create_task(d.stopping.wait(), name="stop")
-    await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    if runner.done() and runner.exception() is not None:
-        log.error("session_crashed", error=repr(runner.exception()))
-    log.info("stopping", drain=cfg.api.drain)
-    systemd.notify("STOPPING=1")
-    if stop_watchdog is not None:
-        stop_watchdog()
-    await server.stop_accepting()
-    if http is not None:
-        http.close()
-    await session.close(d.cfg.api.drain)
-    await server.close()
-    for task in (runner, stopper):
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-    if d.sim is not None:
-        await d.sim.stop()
+        code = await d.run()
     log.info("stopped")
-    return 0
+    return code
 
 
 def _raise_fd_limit(max_clients: int) -> None:
@@ -262,17 +258,6 @@ def _raise_fd_limit(max_clients: int) -> None:
     if new < want:
         hint = "raise LimitNOFILE= (or ulimit -n): connections past it wait unanswered"
         log.warning("fd_limit_low", limit=new, max_clients=max_clients, hint=hint)
-
-
-def _reload_on_signal(d: Daemon) -> None:
-    systemd.reloading()
-    try:
-        d.reload()
-    except ConfigError as exc:
-        log.error("reload_failed", error=str(exc), kept="running config")
-    finally:
-        systemd.notify("READY=1")
-        d.status_line()
 
 
 def with_socket(cfg: Config, path: str | None) -> Config:

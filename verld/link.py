@@ -1,9 +1,11 @@
 """The link state machine: everything that decides the link's state lives here.
 
 Strategy: the machine does no I/O and reads no clock. The session tells it what
-happened (`attempt`, `opened`, `lost`, `reply`, `timeout`, `activity`) together
-with the time `now`, and reads back what to do: the state, when to try opening
-again, whether a heartbeat ping is due. Every cause of loss (open failure, hang-up,
+happened (`attempt`, `opened`, `lost`, `reply`, `timed_out`, `activity`, `noise`)
+together with the time `now`, and reads back what to do: the state, when to try
+opening again, whether a heartbeat ping is due, what a timed-out try calls for
+(`AfterTimeout`), whether the quiet guard after a timeout still runs. It is the only
+writer of these fields; the session only reads them. Every cause of loss (open failure, hang-up,
 EIO, write error, dead heartbeat, codec desync) goes through `lost`, so they all
 take the same path: the session fails outstanding calls, announces the new state,
 and waits `retry_in` before the next attempt. The delay doubles up to a cap, with
@@ -15,6 +17,8 @@ from __future__ import annotations
 import enum
 import random
 from dataclasses import dataclass
+
+from verld.errors import LocalProtocolError
 
 
 class LinkState(enum.Enum):
@@ -33,6 +37,16 @@ class Transition:
     state: LinkState
     reason: str
     generation: int
+
+
+class AfterTimeout(enum.Enum):
+    """What a try that ran out calls for (besides failing or retrying the call)."""
+
+    FAIL = "fail"  #: the handshake ping: the connect attempt fails, nothing more
+    DEAD = "dead"  #: `misses` timeouts in a row: the link is dead, reopen it
+    RESEND = "resend"  #: with seqs: a retry goes out at once with the same seq
+    RECONNECT = "reconnect"  #: tcp without seqs: a late reply must go to a closed socket
+    GUARD = "guard"  #: serial without seqs: discard input until quiet for `guard` s
 
 
 # Which events each state accepts; anything else is a programming error.
@@ -54,12 +68,14 @@ class Link:
         maximum: float,
         misses: int,
         interval: float,
+        guard: float = 0.1,
         rng: random.Random | None = None,
     ) -> None:
         self.initial = initial
         self.maximum = maximum
         self.misses = misses
         self.interval = interval
+        self.guard = guard
         self._rng = rng or random.Random()
         self.state = LinkState.DOWN
         self.reason = "starting"
@@ -70,12 +86,15 @@ class Link:
         self.consecutive_timeouts = 0
         self.last_activity = 0.0
         self.reconnects = 0
+        #: while not None: input is discarded until the line is quiet up to this time
+        self.guard_until: float | None = None
 
     def _check(self, event: str) -> None:
         if self.state not in _ALLOWED[event]:
-            raise RuntimeError(f"link: {event!r} is not valid in state {self.state.value}")
+            raise LocalProtocolError(f"link: {event!r} is not valid in state {self.state.value}")
 
     def _enter(self, state: LinkState, reason: str, now: float) -> Transition:
+        self.guard_until = None
         self.state = state
         self.reason = reason
         self.since = now
@@ -130,6 +149,39 @@ class Link:
         """A ping or a call try timed out; True when that makes the link dead."""
         self.consecutive_timeouts += 1
         return self.consecutive_timeouts >= self.misses
+
+    def timed_out(self, now: float, *, seqs: bool, tcp: bool) -> AfterTimeout:
+        """A try ran out: the policy for what follows (the caller fails or retries it).
+
+        Without seqs a late reply would pass for the next call's, so the line must be
+        quiet first (serial: the guard) or the connection gone (tcp).
+        """
+        dead = self.timeout()
+        if self.state is LinkState.CONNECTING:
+            return AfterTimeout.FAIL
+        if dead:
+            return AfterTimeout.DEAD
+        if seqs:
+            return AfterTimeout.RESEND
+        if tcp:
+            return AfterTimeout.RECONNECT
+        self.guard_until = now + self.guard
+        return AfterTimeout.GUARD
+
+    # --- the quiet guard after a timeout (codecs without seqs) ---------------------
+    def noise(self, now: float) -> bool:
+        """Bytes came in; True when they are to be discarded (the guard runs, and restarts)."""
+        if self.guard_until is None:
+            return False
+        self.guard_until = now + self.guard
+        return True
+
+    def guard_over(self, now: float) -> bool:
+        """Whether the guard has run its quiet time (it ends then); False if still running."""
+        if self.guard_until is not None and now < self.guard_until:
+            return False
+        self.guard_until = None
+        return True
 
     def ping_due_at(self) -> float | None:
         """When an idle link should be pinged next (None: heartbeat off or not up).

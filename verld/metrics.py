@@ -95,6 +95,10 @@ def prometheus_text(st: dict[str, Any], latency: Histogram) -> str:
     _metric(lines, "verld_call_errors_total", "counter", "Failed calls by error code.")
     for code, n in sorted(st.get("errors", {}).items()):
         lines.append(f'verld_call_errors_total{{code="{code}"}} {n}')
+    _metric(lines, "verld_front_calls_total", "counter", "Calls answered, by front and outcome.")
+    for front, outcomes in sorted(st.get("fronts", {}).items()):
+        for outcome, n in sorted(outcomes.items()):
+            lines.append(f'verld_front_calls_total{{front="{front}",outcome="{outcome}"}} {n}')
     for key, help_text in _COUNTERS:
         _metric(lines, f"verld_{key}_total", "counter", help_text)
         lines.append(f"verld_{key}_total {c[key]}")

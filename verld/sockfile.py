@@ -9,11 +9,9 @@ import stat
 
 import structlog
 
+from verld.errors import SocketInUse
+
 log = structlog.get_logger("verld.server")
-
-
-class SocketInUse(Exception):
-    """Another live process serves the socket path."""
 
 
 def set_group(path: str, group: str | int) -> None:

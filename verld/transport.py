@@ -3,10 +3,12 @@
 The transport knows bytes, not frames. Serial ports are opened and configured by
 pyserial (exclusively), TCP endpoints by the socket module; then both are just a
 non-blocking fd driven by `loop.add_reader`/`add_writer` with our own EAGAIN and
-partial-write handling (NOTES.md: pyserial-asyncio blocks in close and spins on
-EAGAIN). A read of b'', EIO, ENXIO, EBADF or a write error all mean "the device
-went away": the transport removes its callbacks at once (no busy loop on a
-hung-up fd) and reports `on_lost(reason)` exactly once.
+partial-write handling. Not pyserial-asyncio: it blocks in close() (tcdrain) and
+calls connection_lost() while the port is still open; pyserial-asyncio-fast 0.16
+leaves its writer callback installed after a partial write and spins on EAGAIN.
+A read of b'', EIO, ENXIO, EBADF or a write error all mean "the device went
+away": the transport removes its callbacks at once (no busy loop on a hung-up fd)
+and reports `on_lost(reason)` exactly once.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Protocol
 import serial
 
 from verld.config import DeviceConfig, tcp_target
+from verld.errors import OpenError
 
 _READ_SIZE = 65536
 _PARITY = {
@@ -38,6 +41,20 @@ class LinkHandler(Protocol):
     def link_data(self, data: bytes) -> None: ...
 
     def link_lost(self, reason: str) -> None: ...
+
+
+class LinkTransport(Protocol):
+    """What the session drives (an FdTransport, or a test's stand-in)."""
+
+    tap: Callable[[str, bytes], None] | None
+    bytes_tx: int
+    bytes_rx: int
+
+    def write(self, data: bytes) -> None: ...
+
+    def poll(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class FdTransport:
@@ -175,10 +192,6 @@ class FdTransport:
 def _os_reason(exc: OSError) -> str:
     name = errno.errorcode.get(exc.errno or 0, "")
     return f"{name}: {exc.strerror}" if name else str(exc)
-
-
-class OpenError(Exception):
-    """The link could not be opened; the message says why, for logs and link events."""
 
 
 def _open_serial(cfg: DeviceConfig, port: str) -> serial.Serial:

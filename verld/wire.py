@@ -16,59 +16,24 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from verld.calls import CallResult
+from verld.errors import ApiError, ErrorCode, RemoteProtocolError
+
 _HEADER = 4
 _LENGTH = struct.Struct(">I")
 
-#: the error codes of DESIGN.md, in one place
-ERROR_CODES = frozenset(
-    {
-        "bad_request",
-        "too_large",
-        "unknown_op",
-        "forbidden",
-        "busy",
-        "link_down",
-        "timeout",
-        "remote_failure",
-        "device_error",
-        "shutting_down",
-        "bad_config",
-    }
-)
 TOPICS = frozenset({"events", "link", "logs", "traffic", "wire"})
-OPS = frozenset(
-    {
-        "hello",
-        "status",
-        "subscribe",
-        "unsubscribe",
-        "logs",
-        "metrics",
-        "call",
-        "lease",
-        "release",
-        "reconnect",
-        "reload",
-    }
-)
 
 Id = int | str | None
 #: the longest per-try timeout a call may ask for (one hour): a call cannot hold a
 #: window slot, and so the device, longer than this per try
 MAX_SECONDS = 3600
+#: the most extra tries a call may ask for: with MAX_SECONDS per try, a call cannot
+#: hold its window slot for ever on a device that never answers
+MAX_RETRY = 100
 
 
-class ApiError(Exception):
-    """A request that gets an error reply (the connection stays open)."""
-
-    def __init__(self, code: str, message: str, req_id: Id = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.req_id = req_id
-
-
-class Oversize(Exception):
+class Oversize(RemoteProtocolError):
     """A frame announced a length above max_message: answer too_large, then close."""
 
     def __init__(self, length: int, bodies: list[bytes] | None = None) -> None:
@@ -83,7 +48,7 @@ def encode(obj: dict[str, Any]) -> bytes:
     return len(body).to_bytes(4, "big") + body
 
 
-def error_reply(req_id: Id, code: str, message: str, **extra: Any) -> dict[str, Any]:
+def error_reply(req_id: Id, code: ErrorCode, message: str, **extra: Any) -> dict[str, Any]:
     """The reply object for an error."""
     reply: dict[str, Any] = {"id": req_id, "ok": False, "error": {"code": code, "message": message}}
     reply.update(extra)
@@ -168,21 +133,20 @@ class Request(NamedTuple):
 
 
 def parse_request(body: bytes) -> Request:
-    """Validate the envelope (object, id, op) of one message."""
+    """Validate the envelope (object, id, op a string) of one message; which ops
+    exist, and who may run them, is the front's table (`fronts.api.ops`)."""
     try:
         obj = decode_json(body)
     except ValueError as exc:
-        raise ApiError("bad_request", f"not valid JSON: {exc}") from None
+        raise ApiError(ErrorCode.BAD_REQUEST, f"not valid JSON: {exc}") from None
     if type(obj) is not dict:  # JSON makes exactly these types: no subclasses to allow
-        raise ApiError("bad_request", "a message must be a JSON object")
+        raise ApiError(ErrorCode.BAD_REQUEST, "a message must be a JSON object")
     req_id = obj.get("id")
     if type(req_id) is not int and type(req_id) is not str:  # bool is not int here
-        raise ApiError("bad_request", "'id' must be an integer or a string")
+        raise ApiError(ErrorCode.BAD_REQUEST, "'id' must be an integer or a string")
     op = obj.get("op")
     if type(op) is not str:
-        raise ApiError("bad_request", "'op' must be a string", req_id)
-    if op not in OPS:
-        raise ApiError("unknown_op", f"unknown op {op!r}", req_id)
+        raise ApiError(ErrorCode.BAD_REQUEST, "'op' must be a string", req_id)
     return _new_tuple(Request, (op, req_id, obj))  # Request's __new__ is Python: skip it
 
 
@@ -197,7 +161,7 @@ def _positive_number(req: Request, key: str) -> float | None:
         or not 0 < value <= MAX_SECONDS
     ):
         raise ApiError(
-            "bad_request",
+            ErrorCode.BAD_REQUEST,
             f"'{key}' must be a number of seconds, 0 < {key} <= {MAX_SECONDS}",
             req.id,
         )
@@ -212,31 +176,33 @@ def call_fields(req: Request) -> tuple[bytes, float | None, int | None, bool]:
     if data is None or text is None or retry is None:
         for key in ("data", "text", "retry"):
             if key in body and body[key] is None:
-                raise ApiError("bad_request", f"'{key}' must not be null", req.id)
+                raise ApiError(ErrorCode.BAD_REQUEST, f"'{key}' must not be null", req.id)
     if data is not None and text is not None:
-        raise ApiError("bad_request", "give 'data' or 'text', not both", req.id)
+        raise ApiError(ErrorCode.BAD_REQUEST, "give 'data' or 'text', not both", req.id)
     if data is not None:
         if not isinstance(data, str):
-            raise ApiError("bad_request", "'data' must be a base64 string", req.id)
+            raise ApiError(ErrorCode.BAD_REQUEST, "'data' must be a base64 string", req.id)
         try:  # what base64.b64decode(validate=True) does, without its wrapper
             payload = binascii.a2b_base64(data.encode("ascii"), strict_mode=True)
         except (binascii.Error, ValueError):
-            raise ApiError("bad_request", "'data' is not valid base64", req.id) from None
+            raise ApiError(ErrorCode.BAD_REQUEST, "'data' is not valid base64", req.id) from None
     elif text is not None:
         if not isinstance(text, str):
-            raise ApiError("bad_request", "'text' must be a string", req.id)
+            raise ApiError(ErrorCode.BAD_REQUEST, "'text' must be a string", req.id)
         try:
             payload = text.encode("utf-8")
         except UnicodeEncodeError:
-            raise ApiError("bad_request", "'text' is not valid Unicode", req.id) from None
+            raise ApiError(ErrorCode.BAD_REQUEST, "'text' is not valid Unicode", req.id) from None
     else:
-        raise ApiError("bad_request", "a call needs 'data' (base64) or 'text'", req.id)
+        raise ApiError(ErrorCode.BAD_REQUEST, "a call needs 'data' (base64) or 'text'", req.id)
     timeout = _positive_number(req, "timeout") if "timeout" in body else None
-    if retry is not None and (isinstance(retry, bool) or not isinstance(retry, int) or retry < 0):
-        raise ApiError("bad_request", "'retry' must be a non-negative integer", req.id)
+    if retry is not None and (
+        isinstance(retry, bool) or not isinstance(retry, int) or not 0 <= retry <= MAX_RETRY
+    ):
+        raise ApiError(ErrorCode.BAD_REQUEST, f"'retry' must be an integer 0..{MAX_RETRY}", req.id)
     wait = get("wait", False)
     if wait is not False and wait is not True:
-        raise ApiError("bad_request", "'wait' must be a boolean", req.id)
+        raise ApiError(ErrorCode.BAD_REQUEST, "'wait' must be a boolean", req.id)
     return payload, timeout, retry, wait
 
 
@@ -245,16 +211,18 @@ def topics_field(req: Request, *, required: bool) -> frozenset[str] | None:
     topics = req.body.get("topics")
     if topics is None:
         if required:
-            raise ApiError("bad_request", "'topics' is required", req.id)
+            raise ApiError(ErrorCode.BAD_REQUEST, "'topics' is required", req.id)
         return None
     if isinstance(topics, str):
         topics = [topics]
     if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
-        raise ApiError("bad_request", "'topics' must be a list of strings", req.id)
+        raise ApiError(ErrorCode.BAD_REQUEST, "'topics' must be a list of strings", req.id)
     unknown = sorted(set(topics) - TOPICS)
     if unknown:
         known = ", ".join(sorted(TOPICS))
-        raise ApiError("bad_request", f"unknown topic {unknown[0]!r} (known: {known})", req.id)
+        raise ApiError(
+            ErrorCode.BAD_REQUEST, f"unknown topic {unknown[0]!r} (known: {known})", req.id
+        )
     return frozenset(topics)
 
 
@@ -274,6 +242,31 @@ def ok_call_reply(req_id: int | str, status: int, data: bytes, ms: float, genera
         generation,
     )
     return _LENGTH.pack(len(body)) + body
+
+
+def call_reply(req_id: int | str, result: CallResult, *, text: bool) -> dict[str, Any]:
+    """The reply object of a call that ended (the general form; see `ok_call_reply`).
+
+    A call the device answered carries status, data and ms, on success or failure;
+    one that never got an answer (timeout, link down, busy...) is a plain error reply.
+    """
+    if result.error is not None and result.status is None:
+        return error_reply(
+            req_id, ErrorCode(result.error), result.message, generation=result.generation
+        )
+    reply: dict[str, Any] = {
+        "id": req_id,
+        "ok": result.error is None,
+        "status": result.status,
+        "data": b64(result.data),
+        "ms": round(result.ms, 3),
+        "generation": result.generation,
+    }
+    if text:
+        reply["text"] = result.text
+    if result.error is not None:
+        reply["error"] = {"code": result.error, "message": result.message}
+    return reply
 
 
 def b64(data: bytes) -> str:

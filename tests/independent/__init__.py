@@ -1,1 +1,1 @@
-"""Code written from the documents alone (DESIGN.md, docs/protocol.md): no verld imports."""
+"""Code written from the documents alone (docs/protocol.md): no verld imports."""

@@ -1,4 +1,4 @@
-"""An independent `verl` device, written from DESIGN.md ("Link codecs") alone.
+"""An independent `verl` device, written from docs/protocol.md (§3, "Link codecs") alone.
 
 Nothing here imports verld: the COBS coder, the CRC framing and the frame reader
 are written again, byte by byte, so that interop tests pit two implementations of

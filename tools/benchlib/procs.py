@@ -14,8 +14,6 @@ ticks are too coarse (idle), from /proc/PID/task/*/schedstat (nanoseconds on CPU
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import json
 import os
 import select
 import signal
@@ -31,20 +29,14 @@ from typing import IO, Any
 import yaml
 
 from verld.client import Client, ClientError
+from verld.sim.launch import SimError, die_with_parent, sim_command, wait_ready
+from verld.testing import sim_control
 
-_PR_SET_PDEATHSIG = 1
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
 class BenchError(Exception):
     """The bench cannot go on (a process did not start, a worker failed to report)."""
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the bench process dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 class Procs:
@@ -68,7 +60,7 @@ class Procs:
             stderr=stderr,
             env=dict(env) if env is not None else None,
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads here; cleanup if we die
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads here; cleanup if we die
         )
         self._live.append(proc)
         return proc
@@ -204,27 +196,17 @@ class Sim:
     def __init__(self, procs: Procs, tmp: Path, max_payload: int) -> None:
         self.link = str(tmp / "dev.tty")
         self.control_path = str(tmp / "sim.ctl")
-        args = [sys.executable, "-m", "verld.sim", "--link", self.link]
-        args += ["--control", self.control_path, "--max-payload", str(max_payload)]
+        args = sim_command(link=self.link, control=self.control_path, max_payload=max_payload)
         self.proc = procs.spawn(args, stdout=subprocess.PIPE)
-        line = LineReader(self.proc, "verld-sim").line(20)
-        if not line.startswith("READY"):
-            raise BenchError(f"verld-sim did not start: {line!r}")
+        try:
+            wait_ready(self.proc, 20)
+        except SimError as exc:
+            raise BenchError(str(exc)) from None
         self.pid = self.proc.pid
 
     def control(self, command: str) -> dict[str, Any]:
         """One control command; its JSON answer (BenchError when it says not ok)."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(5)
-            s.connect(self.control_path)
-            s.sendall(command.encode() + b"\n")
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        answer: dict[str, Any] = json.loads(buf)
+        answer = sim_control(self.control_path, command)
         if not answer.get("ok"):
             raise BenchError(f"verld-sim refused {command!r}: {answer}")
         return answer

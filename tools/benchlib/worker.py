@@ -77,7 +77,9 @@ async def run(spec: Spec) -> dict[str, Any]:
         meter.end()
         _say("END")
         deadline = time.monotonic() + spec.drain
-        while any(p.outstanding and p.alive for p in peers) and time.monotonic() < deadline:
+        # Polled for at most `drain` s at the end of a run: the peers' readers would need
+        # an event each for a one-off wait.
+        while any(p.outstanding and p.alive for p in peers) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.005)
         missing = sum(p.outstanding for p in peers)
         if missing:  # counted in the result's `errors` through `missing`

@@ -20,8 +20,9 @@ what the call sent, or an id the connection never used), every call gets
 exactly one reply, the daemon never dies, and, with `--max-rss-growth`, RSS
 growth after the warm-up stays under that many MiB.
 
-Modules: `procs` starts and measures verld-sim and verld, `api` speaks the client
-API and accounts for every reply, `load` is the clients, `faults` the fault
-driver, `run` one soak from start to stop, `report` the verdict and the printed
-report, `cli` the command line (`python -m soaklib`, which `tools/soak` runs).
+Modules: `procs` starts verld-sim and verld (with verld.testing) and measures
+them, `api` speaks the client API (framing from verld.wire) and accounts for
+every reply, `load` is the clients, `faults` the fault driver, `run` one soak
+from start to stop, `report` the verdict and the printed report, `cli` the
+command line (`python -m soaklib`, which `tools/soak` runs).
 """

@@ -1,24 +1,26 @@
-"""The client API, raw: framing, status polling, and connections that account for every reply.
+"""The client API, raw: status polling, and connections that account for every reply.
 
 The raw protocol (not `AsyncClient`) is used on purpose: it sees every reply, so a
-duplicate or a reply for an id never sent is counted, not hidden.
+duplicate or a reply for an id never sent is counted, not hidden. The framing
+(4-byte big-endian length, then one JSON object; docs/protocol.md, §2.2) is
+verld's own, from `verld.wire`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import struct
 import subprocess
-import time
 from base64 import b64decode, b64encode
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from verld import wire
+
 OUTCOMES = ("ok", "timeout", "link_down", "busy", "other")
-_HEADER = struct.Struct(">I")
+#: the longest message accepted from verld (its own default api.max_message is 1 MiB)
+MAX_MESSAGE = 16 << 20
 
 
 @dataclass
@@ -40,24 +42,35 @@ class Tally:
             self.examples.append(text)
 
 
-def encode(obj: dict[str, Any]) -> bytes:
-    body = json.dumps(obj, separators=(",", ":")).encode()
-    return _HEADER.pack(len(body)) + body
+class Messages:
+    """The messages arriving on one connection, unframed by `wire.MessageDecoder`."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader = reader
+        self.decoder = wire.MessageDecoder(MAX_MESSAGE)
+        self.bodies: deque[bytes] = deque()
+
+    async def next(self) -> dict[str, Any]:
+        """The next message; IncompleteReadError at the end of the stream."""
+        while not self.bodies:
+            data = await self.reader.read(65536)
+            if not data:
+                raise asyncio.IncompleteReadError(b"", None)
+            self.bodies.extend(self.decoder.feed(data))
+        msg = wire.decode_json(self.bodies.popleft())
+        if not isinstance(msg, dict):
+            raise ValueError(f"verld sent a message that is not an object: {msg!r}")
+        return msg
 
 
-async def read_message(reader: asyncio.StreamReader) -> dict[str, Any]:
-    header = await reader.readexactly(4)
-    msg: dict[str, Any] = json.loads(await reader.readexactly(_HEADER.unpack(header)[0]))
-    return msg
-
-
-async def request(sock: str, op: str, timeout: float = 5.0) -> dict[str, Any]:
-    """One request on a fresh connection (status polling)."""
-    reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(sock), timeout)
+async def request(sock: str, op: str) -> dict[str, Any]:
+    """One request on a fresh connection (status polling); bound it with asyncio.timeout."""
+    reader, writer = await asyncio.open_unix_connection(sock)
     try:
-        writer.write(encode({"op": op, "id": 1}))
+        writer.write(wire.encode({"op": op, "id": 1}))
+        messages = Messages(reader)
         while True:
-            msg = await asyncio.wait_for(read_message(reader), timeout)
+            msg = await messages.next()
             if msg.get("id") == 1:
                 return msg
     finally:
@@ -67,23 +80,27 @@ async def request(sock: str, op: str, timeout: float = 5.0) -> dict[str, Any]:
 
 
 async def link_state(sock: str) -> tuple[str, dict[str, Any]]:
+    """The link's state and the whole status reply; "unreachable" when verld does not answer."""
     try:
-        st = await request(sock, "status")
-    except (OSError, asyncio.IncompleteReadError, TimeoutError):
+        async with asyncio.timeout(5.0):
+            st = await request(sock, "status")
+    except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError):
         return "unreachable", {}
     return str(st["link"]["state"]), st
 
 
-async def wait_up(sock: str, proc: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"verld exited with {proc.returncode}")
-        state, st = await link_state(sock)
-        if state == "up":
-            return st
-        await asyncio.sleep(0.05)
-    raise RuntimeError(f"the link was not up within {timeout:g} s")
+async def wait_up(sock: str, proc: subprocess.Popen[bytes], seconds: float) -> dict[str, Any]:
+    """The status once the link is up; RuntimeError if verld exits or after `seconds`."""
+    try:
+        async with asyncio.timeout(seconds):
+            while proc.poll() is None:
+                state, st = await link_state(sock)
+                if state == "up":
+                    return st
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise RuntimeError(f"the link was not up within {seconds:g} s") from None
+    raise RuntimeError(f"verld exited with {proc.returncode}")
 
 
 @dataclass
@@ -113,13 +130,17 @@ class Conn:
 
     async def _read(self) -> None:
         assert self.reader is not None
+        messages = Messages(self.reader)
         try:
             while True:
-                self.on_message(await read_message(self.reader))
+                self.on_message(await messages.next())
+        except (ValueError, wire.Oversize) as exc:  # verld broke the framing: say so
+            self.tally.note(f"{self.name}: unreadable message from verld: {exc}")
         except (asyncio.IncompleteReadError, OSError):
-            self.broken = True
-            for pending in self.calls.values():
-                pending.done.set()
+            pass
+        self.broken = True
+        for pending in self.calls.values():
+            pending.done.set()
 
     def on_message(self, msg: dict[str, Any]) -> None:
         if "event" in msg and "id" not in msg:
@@ -156,7 +177,7 @@ class Conn:
         self.next_id += 1
         pending = self.calls[req_id] = Pending(data[1:])
         msg = {"op": "call", "id": req_id, "data": b64encode(data).decode(), **fields}
-        self.writer.write(encode(msg))
+        self.writer.write(wire.encode(msg))
         return pending
 
     async def close(self) -> None:

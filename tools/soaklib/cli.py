@@ -14,6 +14,7 @@ from pathlib import Path
 from soaklib.faults import FAULTS
 from soaklib.report import render, verdict
 from soaklib.run import Options, soak
+from verld.testing import HarnessError
 
 
 def parse_faults(text: str) -> list[str]:
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="verld-soak-"))
     try:
         report = asyncio.run(soak(opts, workdir))
-    except RuntimeError as exc:
+    except (RuntimeError, HarnessError) as exc:
         print(f"tools/soak: {exc}", file=sys.stderr)
         log = workdir / "verld.log"
         if log.exists():

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import random
 import time
 from collections import Counter
 from typing import Any
+
+from verld.testing import sim_control_async
 
 FAULTS = (
     "latency",
@@ -24,28 +24,16 @@ FAULTS = (
 
 
 class Control:
-    """The sim's control socket: one command per line, one JSON line back."""
+    """The sim's control socket (verld.testing's client): a RuntimeError when not ok."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
 
     async def __call__(self, command: str) -> dict[str, Any]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_unix_connection(self.path)
-        assert self.reader is not None
-        self.writer.write(command.encode() + b"\n")
-        answer: dict[str, Any] = json.loads(await asyncio.wait_for(self.reader.readline(), 10))
+        answer = await sim_control_async(self.path, command, timeout=10)
         if not answer.get("ok"):
             raise RuntimeError(f"sim control {command!r}: {answer}")
         return answer
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            with contextlib.suppress(OSError):
-                await self.writer.wait_closed()
 
 
 def fault_commands(name: str, rng: random.Random) -> list[str]:

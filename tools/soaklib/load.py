@@ -9,7 +9,8 @@ import time
 from base64 import b64encode
 from typing import Any
 
-from soaklib.api import Conn, Tally, encode
+from soaklib.api import Conn, Tally
+from verld import wire
 
 REPLY_BOUND = 60.0  #: a call without a reply after this long counts as lost
 
@@ -68,7 +69,7 @@ async def abandoner(sock: str, until: float, rng: random.Random, tally: Tally) -
         for i in range(rng.randint(1, 8)):
             fields = {"wait": True, "timeout": 2.0} if rng.random() < 0.3 else {}
             data = b64encode(b"\x01abandoned" + bytes([i])).decode()
-            writer.write(encode({"op": "call", "id": i, "data": data, **fields}))
+            writer.write(wire.encode({"op": "call", "id": i, "data": data, **fields}))
             tally.abandoned += 1
         with contextlib.suppress(OSError):
             await writer.drain()

@@ -15,7 +15,8 @@ from typing import Any
 from soaklib.api import OUTCOMES, Conn, Tally, link_state, wait_up
 from soaklib.faults import Control, fault_driver
 from soaklib.load import REPLY_BOUND, abandoner, client
-from soaklib.procs import fd_count, rss_kb, start_daemon, start_sim, stop
+from soaklib.procs import fd_count, rss_kb, start_daemon, start_sim
+from verld.testing import DaemonProc
 
 
 @dataclass
@@ -41,12 +42,13 @@ async def watch(proc: subprocess.Popen[bytes], until: float, died: list[float]) 
 
 async def soak(opts: Options, workdir: Path) -> dict[str, Any]:
     rng = random.Random(opts.seed)
-    sim, link, control_path = start_sim(workdir, opts.seed)
-    daemon: subprocess.Popen[bytes] | None = None
-    control = Control(control_path)
+    sim = start_sim(workdir, opts.seed)
+    daemon: DaemonProc | None = None
+    control = Control(sim.control_path)
     try:
-        daemon, sock = start_daemon(workdir, link)
-        await wait_up(sock, daemon, 20)
+        daemon = start_daemon(workdir, sim.link)
+        sock = daemon.socket
+        await wait_up(sock, daemon.proc, 20)
         pid = daemon.pid
         rss: dict[str, int] = {"start": rss_kb(pid)}
         fds_start = fd_count(pid)
@@ -60,7 +62,7 @@ async def soak(opts: Options, workdir: Path) -> dict[str, Any]:
         ]
         tasks.append(asyncio.create_task(abandoner(sock, until, rngs[-1], tally)))
         tasks.append(asyncio.create_task(fault_driver(control, opts.faults, until, rng, episodes)))
-        tasks.append(asyncio.create_task(watch(daemon, until + REPLY_BOUND, died)))
+        tasks.append(asyncio.create_task(watch(daemon.proc, until + REPLY_BOUND, died)))
         await asyncio.sleep(min(opts.warmup, opts.seconds))
         rss["after_warmup"] = rss_kb(pid)
         rss_max = rss["after_warmup"]
@@ -79,7 +81,7 @@ async def soak(opts: Options, workdir: Path) -> dict[str, Any]:
         if not died:
             await control("reset")
             with contextlib.suppress(RuntimeError):
-                await wait_up(sock, daemon, 15)
+                await wait_up(sock, daemon.proc, 15)
                 final = Conn(tally, "final")
                 await final.open(sock)
                 pending = final.send_call(b"\x01final-check")
@@ -95,20 +97,19 @@ async def soak(opts: Options, workdir: Path) -> dict[str, Any]:
         _, status = await link_state(sock)
         # the daemon closes the clients' sockets as it notices them go
         deadline = time.monotonic() + 3
-        while fd_count(pid) > fds_start and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        while fd_count(pid) > fds_start and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)  # (polling /proc: there is no event to wait for)
         fds_end = fd_count(pid)
         rss["end"] = rss_kb(pid)
         rss["max"] = max(rss_max, rss["end"])
         rss["growth_after_warmup"] = rss["end"] - rss["after_warmup"]
-        daemon_died = bool(died) or daemon.poll() is not None
-        exit_code = stop(daemon)
+        daemon_died = bool(died) or daemon.proc.poll() is not None
+        exit_code = daemon.stop()
         daemon = None
     finally:
-        await control.close()
         if daemon is not None:
-            stop(daemon)
-        stop(sim)
+            daemon.stop()
+        sim.stop()
     counters = status.get("counters", {})
     return {
         "clients": opts.clients,

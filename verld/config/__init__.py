@@ -4,7 +4,7 @@ Strategy: the file is read by a SafeLoader subclass whose mappings and lists
 remember the YAML nodes they came from (so every message can name a line and
 quote what was literally written) and which records duplicate keys instead of
 letting the last one win. The tree is then walked against a schema: each key maps
-to a checker that returns the value or raises `_Bad` with a human message. The
+to a checker that returns the value or raises `BadValue` with a human message. The
 walk never stops at the first problem: every bad key and value is collected and
 one `ConfigError` lists them all, one `file:line: key.path: message` per line.
 
@@ -13,8 +13,11 @@ The reference engine's flat format (`host`, `port`, `timeout`, `retry`,
 mapped onto the sectioned config.
 
 Modules: `model` (the dataclasses and helpers on them), `load` (YAML with marks),
-`checks` (the validation machinery and checkers), `schema` (sections, the flat
-format, checks across fields). Import the public names from `verld.config`.
+`validate` (the machinery: items, error collection, building a section),
+`suggest` (closest names and aliases for unknown keys), `leaves` (checkers for
+one value), `sections` (each section's keys and checkers), `schema` (the top
+level, the flat format, checks across fields). Import the public names from
+`verld.config`.
 """
 
 from __future__ import annotations

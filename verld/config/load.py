@@ -10,19 +10,9 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
-from verld.config.checks import (
-    _Context,
-    _Item,
-    _Map,
-    _Seq,
-)
-from verld.config.model import (
-    Config,
-)
-from verld.config.schema import (
-    _cross_check,
-    _root,
-)
+from verld.config.model import Config
+from verld.config.schema import cross_check, root_config
+from verld.config.validate import Context, Item, MarkedMap, MarkedSeq
 from verld.errors import ConfigError
 
 # ---------------------------------------------------------------------------
@@ -30,9 +20,9 @@ from verld.errors import ConfigError
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader building `_Map`/`_Seq` so validation can point at lines."""
+    """SafeLoader building `MarkedMap`/`MarkedSeq` so validation can point at lines."""
 
-    def fill_map(self, data: _Map, node: yaml.MappingNode) -> None:
+    def fill_map(self, data: MarkedMap, node: yaml.MappingNode) -> None:
         first: dict[Any, int] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -59,14 +49,14 @@ class _Loader(yaml.SafeLoader):
         return key
 
 
-def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[_Map]:
-    data = _Map()
+def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[MarkedMap]:
+    data = MarkedMap()
     yield data
     loader.fill_map(data, node)
 
 
-def _construct_seq(loader: _Loader, node: yaml.SequenceNode) -> Iterator[_Seq]:
-    data = _Seq(node)
+def _construct_seq(loader: _Loader, node: yaml.SequenceNode) -> Iterator[MarkedSeq]:
+    data = MarkedSeq(node)
     yield data
     data.extend(loader.construct_object(child, deep=False) for child in node.value)
 
@@ -96,10 +86,10 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         raise ConfigError(_yaml_error(source, exc)) from None
     except RecursionError:
         raise ConfigError(f"{source}: YAML error: nested too deeply") from None
-    ctx = _Context(source)
-    root = _Item(ctx, "", tree, None, 1)
-    config = _root(root)
-    _cross_check(config, ctx)
+    ctx = Context(source)
+    root = Item(ctx, "", tree, None, 1)
+    config = root_config(root)
+    cross_check(config, ctx)
     ctx.raise_if_any()
     return replace(config, source=source)
 

@@ -121,9 +121,6 @@ CODECS = ("verl", "length", "line")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("auto", "console", "json", "journal")
 PARITIES = ("none", "even", "odd", "mark", "space")
-# pyserial's serial_for_url schemes (tcp:// is verld's own TCP link)
-_URL_SCHEMES = ("tcp", "rfc2217", "socket", "loop", "hwgrep", "spy", "alt", "cp2110")
-_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the final NUL
 
 
 def default_config() -> Config:
@@ -141,7 +138,7 @@ def tcp_target(port: str) -> tuple[str, int] | None:
     if not port.startswith("tcp://"):
         return None
     try:
-        return _host_port(port.removeprefix("tcp://"))
+        return host_port(port.removeprefix("tcp://"))
     except ValueError as exc:
         raise ConfigError(f"device.port: {port!r}: {exc}") from None
 
@@ -163,7 +160,7 @@ def _diff(old: Any, new: Any, prefix: str) -> Iterator[str]:
             yield path
 
 
-def _host_port(text: str) -> tuple[str, int]:
+def host_port(text: str) -> tuple[str, int]:
     """Split "HOST:PORT" ("[v6addr]:PORT" for IPv6); ValueError says what is wrong."""
     host, sep, port = text.rpartition(":")
     if not sep or not host:

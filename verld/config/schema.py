@@ -1,33 +1,39 @@
-"""The schema: sections and their checkers, the reference flat format, cross-field checks."""
+"""The top level of a file: the sectioned format or the reference flat one; cross-field checks.
+
+Strategy: a file is read as the reference engine's flat format (`host`, `port`,
+`timeout`, ...) only when it has flat keys and no section names, and is then mapped
+onto the sectioned config, so the rest of verld sees one shape. A file that mixes
+the two is an error naming the sectioned spelling of each flat key, because
+silently preferring one format would drop the other's settings. Rules between
+fields (`reconnect.max >= reconnect.initial`, a heartbeat payload that the codec
+can send) run after the per-key checks, and only on fields that passed them, so
+one typo does not cause a second, confusing message.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from verld.config.checks import (
-    _CONFIG,
-    _Bad,
-    _build,
-    _choice,
-    _Context,
-    _given,
-    _host,
-    _int,
-    _is_number,
-    _Item,
-    _Map,
-    _optional,
-    _seconds,
-    _Section,
-    _unknown_section,
-)
+from verld.config import leaves
 from verld.config.model import (
     CODECS,
     LOG_LEVELS,
     Config,
     DeviceConfig,
     LogConfig,
+)
+from verld.config.sections import CONFIG, SECTION_KEYS
+from verld.config.suggest import unknown_section
+from verld.config.validate import (
+    BadValue,
+    Context,
+    Item,
+    MarkedMap,
+    Section,
+    build,
+    given,
+    is_number,
 )
 
 # ---------------------------------------------------------------------------
@@ -44,24 +50,24 @@ class _Flat:
     adapter: str | None = None
 
 
-def _flat_port(item: _Item) -> int:
-    if isinstance(item.value, str) and not _is_number(item.value):
-        raise _Bad(
+def _flat_port(item: Item) -> int:
+    if isinstance(item.value, str) and not is_number(item.value):
+        raise BadValue(
             f"expected a TCP port 1..65535, got {item.value!r} (in the reference flat "
             "format; a serial device goes under device: port: in the sectioned format)"
         )
-    return int(_int(1, 65535, "a TCP port")(item))
+    return int(leaves.integer(1, 65535, "a TCP port")(item))
 
 
-_FLAT = _Section(
+_FLAT = Section(
     _Flat,
     {
-        "host": _host,
+        "host": leaves.host,
         "port": _flat_port,
-        "timeout": _seconds(zero_ok=False),
-        "retry": _int(0),
-        "log_level": _choice(LOG_LEVELS, str.upper),
-        "adapter": _optional(_choice(CODECS)),
+        "timeout": leaves.seconds(zero_ok=False),
+        "retry": leaves.integer(0),
+        "log_level": leaves.choice(LOG_LEVELS, str.upper),
+        "adapter": leaves.optional(leaves.choice(CODECS)),
     },
 )
 #: where each flat key lives in the sectioned format
@@ -75,41 +81,45 @@ _FLAT_EQUIVALENT = {
 }
 
 
-def _root(item: _Item) -> Config:
+def root_config(item: Item) -> Config:
+    """The config from the whole YAML tree; errors go to `item.ctx`."""
     if item.value is None:
         return Config()
-    if not isinstance(item.value, _Map):
+    if not isinstance(item.value, MarkedMap):
         item.ctx.error(
-            item, f"the top level must be a mapping (device:, api:, ...), got {_given(item)}"
+            item, f"the top level must be a mapping (device:, api:, ...), got {given(item)}"
         )
         return Config()
     keys = [k for k in item.value if isinstance(k, str)]
     flat = [k for k in keys if k in _FLAT.keys]
-    sections = [k for k in keys if k in _CONFIG.keys]
+    sections = [k for k in keys if k in CONFIG.keys]
     if flat and not sections:
-        return _from_flat(_build(item, _FLAT))
+        return _from_flat(build(item, _FLAT))
     return _sectioned(item, flat, sections)
 
 
-def _sectioned(item: _Item, flat: list[str], sections: list[str]) -> Config:
+def _sectioned(item: Item, flat: list[str], sections: list[str]) -> Config:
     kwargs: dict[str, Any] = {}
     for key, child in item.children():
-        section = _CONFIG.keys.get(key) if isinstance(key, str) else None
+        section = CONFIG.keys.get(key) if isinstance(key, str) else None
         if key in flat:
-            item.ctx.error(
-                child,
-                f"reference flat-format key mixed with sections "
-                f"({', '.join(sections)}); use one format: in sections write "
-                f"{_FLAT_EQUIVALENT[key]}",
-            )
-        elif not isinstance(section, _Section):
-            item.ctx.error(child, _unknown_section(key))
+            item.ctx.error(child, _mixed(key, sections))
+        elif not isinstance(section, Section):
+            item.ctx.error(child, unknown_section(key, SECTION_KEYS))
         else:
             try:
-                kwargs[key] = _build(child, section)
-            except _Bad as exc:
+                kwargs[key] = build(child, section)
+            except BadValue as exc:
                 item.ctx.error(child, str(exc))
     return Config(**kwargs)
+
+
+def _mixed(key: str, sections: list[str]) -> str:
+    return (
+        f"reference flat-format key mixed with sections "
+        f"({', '.join(sections)}); use one format: in sections write "
+        f"{_FLAT_EQUIVALENT[key]}"
+    )
 
 
 def _from_flat(flat: _Flat) -> Config:
@@ -127,7 +137,8 @@ def _from_flat(flat: _Flat) -> Config:
 # Checks across fields
 
 
-def _cross_check(config: Config, ctx: _Context) -> None:
+def cross_check(config: Config, ctx: Context) -> None:
+    """Rules between fields, for fields whose own checks passed."""
     reconnect, heartbeat, device = config.reconnect, config.heartbeat, config.device
     if ctx.ok("reconnect.initial", "reconnect.max") and reconnect.max < reconnect.initial:
         ctx.error_at(
@@ -139,17 +150,27 @@ def _cross_check(config: Config, ctx: _Context) -> None:
         _check_hex_payload(heartbeat.payload, device.max_payload, ctx)
     text = ("device.line.encoding", "device.line.terminator", "heartbeat.payload")
     if ctx.ok(*text) and device.codec == "line":
-        for path, value in zip(text[1:], (device.line.terminator, heartbeat.payload), strict=True):
-            try:
-                value.encode(device.line.encoding)
-            except UnicodeEncodeError as exc:
-                ctx.error_at(
-                    (path, "device.line.encoding"),
-                    f"cannot be encoded in {device.line.encoding}: {exc.reason}",
-                )
+        _check_encodable(config, ctx)
 
 
-def _check_hex_payload(payload: str, max_payload: int, ctx: _Context) -> None:
+def _check_encodable(config: Config, ctx: Context) -> None:
+    # codec line sends the terminator and the heartbeat payload as encoded text
+    line = config.device.line
+    values = {
+        "device.line.terminator": line.terminator,
+        "heartbeat.payload": config.heartbeat.payload,
+    }
+    for path, value in values.items():
+        try:
+            value.encode(line.encoding)
+        except UnicodeEncodeError as exc:
+            ctx.error_at(
+                (path, "device.line.encoding"),
+                f"cannot be encoded in {line.encoding}: {exc.reason}",
+            )
+
+
+def _check_hex_payload(payload: str, max_payload: int, ctx: Context) -> None:
     where = ("heartbeat.payload", "device.codec")
     try:
         size = len(bytes.fromhex(payload))

@@ -9,7 +9,7 @@ import os
 import random
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -28,6 +28,73 @@ from verld.sim.ports import Port, PtyPort, TcpPort
 T = TypeVar("T")
 
 
+#: one command-line option: its flags and its `add_argument` keywords
+Option = tuple[tuple[str, ...], dict[str, Any]]
+
+
+def _opt(*flags: str, **kwargs: Any) -> Option:
+    """One table row: `_opt("--seed", type=int)` is `add_argument("--seed", type=int)`."""
+    return flags, kwargs
+
+
+def _where_options() -> tuple[Option, ...]:
+    """Where the device lives: a pty or a TCP port (mutually exclusive)."""
+    return (
+        _opt("--link", metavar="PATH",
+             help="symlink to the pty's device end (default /tmp/verld-sim-<pid>)"),
+        _opt("--tcp", metavar="PORT", type=_port,
+             help="listen on 127.0.0.1:PORT instead of a pty (0 = any free port)"),
+    )  # fmt: skip
+
+
+def _device_options() -> tuple[Option, ...]:
+    """What the device speaks, and its control socket."""
+    return (
+        _opt("--codec", choices=("verl", "length", "line"), default="verl"),
+        _opt("--max-payload", metavar="N", type=_positive, default=4096),
+        _opt("--terminator", metavar="TEXT", type=_terminator, default=b"\n",
+             help="line codec: request terminator, backslash escapes allowed (default \\n)"),
+        _opt("--crlf", action="store_true", help="line codec: end reply lines with \\r\\n"),
+        _opt("--control", metavar="PATH", help="Unix socket for runtime control"),
+    )  # fmt: skip
+
+
+def _fault_options() -> tuple[Option, ...]:
+    """The faults at start-up (the control socket changes them at run time)."""
+    return (
+        _opt("--latency", metavar="MS", type=_arg(parse_ms), default=0.0),
+        _opt("--jitter", metavar="MS", type=_arg(parse_ms), default=0.0,
+             help="uniform extra latency 0..MS"),
+        _opt("--drop", metavar="P", type=_arg(parse_probability), default=0.0,
+             help="probability a request gets no reply"),
+        _opt("--corrupt", metavar="P", type=_arg(parse_probability), default=0.0,
+             help="probability a reply has one byte flipped"),
+        _opt("--garbage", metavar="P", type=_arg(parse_probability), default=0.0,
+             help="probability 1..64 random bytes precede a reply"),
+        _opt("--baud", metavar="N", type=_arg(parse_baud), default=0,
+             help="pace the line both ways at N baud, N/10 bytes per second (0 = unpaced)"),
+        _opt("--hang", action="store_true", help="start hung: read requests, never answer"),
+        _opt("--unplug-every", metavar="S", type=_arg(parse_seconds), default=0.0,
+             help="unplug every S seconds (0 = never)"),
+        _opt("--replug-after", metavar="S", type=_positive_seconds, default=1.0,
+             help="an automatic unplug lasts S seconds (default 1)"),
+    )  # fmt: skip
+
+
+def _run_options() -> tuple[Option, ...]:
+    """Randomness and logging."""
+    return (
+        _opt("--seed", metavar="N", type=int, help="seed the fault randomness"),
+        _opt("--verbose", "-v", action="store_true", help="log to stderr"),
+    )
+
+
+def _add(target: argparse._ActionsContainer, options: tuple[Option, ...]) -> None:
+    """Add `options` to a parser or one of its groups, in order."""
+    for flags, kwargs in options:
+        target.add_argument(*flags, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The verld-sim command line."""
     p = argparse.ArgumentParser(
@@ -35,83 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Simulated device for verld: a pty (or TCP port) speaking verl, "
         "length or line, with faults on demand. Prints 'READY <address>' once it serves.",
     )
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "--link",
-        metavar="PATH",
-        help="symlink to the pty's device end (default /tmp/verld-sim-<pid>)",
-    )
-    where.add_argument(
-        "--tcp",
-        metavar="PORT",
-        type=_port,
-        help="listen on 127.0.0.1:PORT instead of a pty (0 = any free port)",
-    )
-    p.add_argument("--codec", choices=("verl", "length", "line"), default="verl")
-    p.add_argument("--max-payload", metavar="N", type=_positive, default=4096)
-    p.add_argument(
-        "--terminator",
-        metavar="TEXT",
-        type=_terminator,
-        default=b"\n",
-        help="line codec: request terminator, backslash escapes allowed (default \\n)",
-    )
-    p.add_argument("--crlf", action="store_true", help="line codec: end reply lines with \\r\\n")
-    p.add_argument("--control", metavar="PATH", help="Unix socket for runtime control")
-    f = p.add_argument_group("faults (see --control for changing them at run time)")
-    f.add_argument("--latency", metavar="MS", type=_arg(parse_ms), default=0.0)
-    f.add_argument(
-        "--jitter",
-        metavar="MS",
-        type=_arg(parse_ms),
-        default=0.0,
-        help="uniform extra latency 0..MS",
-    )
-    f.add_argument(
-        "--drop",
-        metavar="P",
-        type=_arg(parse_probability),
-        default=0.0,
-        help="probability a request gets no reply",
-    )
-    f.add_argument(
-        "--corrupt",
-        metavar="P",
-        type=_arg(parse_probability),
-        default=0.0,
-        help="probability a reply has one byte flipped",
-    )
-    f.add_argument(
-        "--garbage",
-        metavar="P",
-        type=_arg(parse_probability),
-        default=0.0,
-        help="probability 1..64 random bytes precede a reply",
-    )
-    f.add_argument(
-        "--baud",
-        metavar="N",
-        type=_arg(parse_baud),
-        default=0,
-        help="pace the line both ways at N baud, N/10 bytes per second (0 = unpaced)",
-    )
-    f.add_argument("--hang", action="store_true", help="start hung: read requests, never answer")
-    f.add_argument(
-        "--unplug-every",
-        metavar="S",
-        type=_arg(parse_seconds),
-        default=0.0,
-        help="unplug every S seconds (0 = never)",
-    )
-    f.add_argument(
-        "--replug-after",
-        metavar="S",
-        type=_positive_seconds,
-        default=1.0,
-        help="an automatic unplug lasts S seconds (default 1)",
-    )
-    p.add_argument("--seed", metavar="N", type=int, help="seed the fault randomness")
-    p.add_argument("--verbose", "-v", action="store_true", help="log to stderr")
+    # Order matters: it is the order of the usage line and of each --help section.
+    _add(p.add_mutually_exclusive_group(), _where_options())
+    _add(p, _device_options())
+    faults = p.add_argument_group("faults (see --control for changing them at run time)")
+    _add(faults, _fault_options())
+    _add(p, _run_options())
     return p
 
 

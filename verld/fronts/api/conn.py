@@ -1,9 +1,10 @@
-"""One API client connection: framing in, role checks, replies and events out.
+"""One API client connection: framing in, replies and events out, backpressure.
 
-A connection decodes length-prefixed JSON (`wire`), checks each op against its
-role and hands it to the server. Replies go back to this connection only. Events
-are dropped (and counted) while the client lags; an `overflow` event tells it how
-many once it drains; past `api.max_backlog` bytes it is disconnected.
+A connection decodes length-prefixed JSON (`wire`) and hands each message body to
+its host (the server), which parses, role-checks and runs it. Replies go back to
+this connection only. Events are dropped (and counted) while the client lags; an
+`overflow` event tells it how many once it drains; past `api.max_backlog` bytes it
+is disconnected. The connection knows nothing of the session or of ops.
 """
 
 from __future__ import annotations
@@ -11,41 +12,59 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 
 from verld import wire
+from verld.config import Config
+from verld.errors import ErrorCode
 from verld.roles import ROLE_RANK
-
-if TYPE_CHECKING:
-    from verld.server import ApiServer
 
 log = structlog.get_logger("verld.server")
 
-_OP_ROLE = {
-    "hello": "observer",
-    "status": "observer",
-    "subscribe": "observer",
-    "unsubscribe": "observer",
-    "logs": "observer",
-    "metrics": "observer",
-    "call": "controller",
-    "lease": "controller",
-    "release": "controller",
-    "reconnect": "admin",
-    "reload": "admin",
-}
 _PEERCRED = struct.Struct("3i")
+
+
+class ApiStats:
+    """The API front's own counters (in `status`)."""
+
+    __slots__ = ("api_errors", "events_dropped", "limits_hit")
+
+    def __init__(self) -> None:
+        self.events_dropped = 0
+        #: times each limit was hit (max_clients, max_message, max_backlog, no_role)
+        self.limits_hit: dict[str, int] = {}
+        #: error replies to malformed or refused requests, by code
+        self.api_errors: dict[str, int] = {}
+
+    def limit(self, name: str) -> None:
+        self.limits_hit[name] = self.limits_hit.get(name, 0) + 1
+
+
+class ConnHost(Protocol):
+    """What a connection needs from the server it belongs to."""
+
+    cfg: Config
+    stats: ApiStats
+
+    def attach(self, conn: ClientConn) -> None: ...
+
+    def detach(self, conn: ClientConn) -> None: ...
+
+    def requests(self, conn: ClientConn, bodies: list[bytes]) -> None: ...
+
+    def request(self, conn: ClientConn, body: bytes) -> None: ...
 
 
 class ClientConn(asyncio.Protocol):
     """One API client."""
 
-    def __init__(self, server: ApiServer) -> None:
-        self.server = server
+    def __init__(self, host: ConnHost, serial: int) -> None:
+        self.host = host
+        self.stats = host.stats
         self.transport: asyncio.Transport | None = None
-        self.decoder = wire.MessageDecoder(server.cfg.api.max_message)
+        self.decoder = wire.MessageDecoder(host.cfg.api.max_message)
         self.pid = self.uid = self.gid = -1
         self.role = "observer"
         self.name = ""
@@ -53,10 +72,19 @@ class ClientConn(asyncio.Protocol):
         self.paused = False
         self.dropped = 0
         self.closed = False
-        self.serial = server.next_serial()
+        self.serial = serial
 
     def __repr__(self) -> str:
         return f"client#{self.serial}(pid={self.pid})"
+
+    @property
+    def role(self) -> str:
+        return self._role
+
+    @role.setter
+    def role(self, role: str) -> None:
+        self._role = role
+        self.rank = ROLE_RANK[role]  #: the role's rank, compared on every request
 
     # --- lifecycle --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -69,16 +97,15 @@ class ClientConn(asyncio.Protocol):
                 self.pid, self.uid, self.gid = _PEERCRED.unpack(raw)
             except OSError:
                 pass
-        backlog = self.server.cfg.api.max_backlog
-        high = max(64 * 1024, backlog // 4)
+        high = max(64 * 1024, self.host.cfg.api.max_backlog // 4)
         transport.set_write_buffer_limits(high=high, low=high // 4)
-        self.server.attach(self)
+        self.host.attach(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.server.detach(self)
+        self.host.detach(self)
 
-    def refuse(self, code: str, message: str) -> None:
+    def refuse(self, code: ErrorCode, message: str) -> None:
         """Answer one error (id null) and close: used at connect."""
         self.send(wire.error_reply(None, code, message))
         self.close()
@@ -103,14 +130,12 @@ class ClientConn(asyncio.Protocol):
         if self.closed or transport is None or transport.is_closing():
             return
         transport.write(data)
-        if transport.get_write_buffer_size() > self.server.cfg.api.max_backlog:
+        backlog = transport.get_write_buffer_size()
+        if backlog > self.host.cfg.api.max_backlog:
             log.warning(
-                "client_dropped",
-                client=repr(self),
-                reason="max_backlog exceeded",
-                backlog=transport.get_write_buffer_size(),
+                "client_dropped", client=repr(self), reason="max_backlog exceeded", backlog=backlog
             )
-            self.server.count_limit("max_backlog")
+            self.stats.limit("max_backlog")
             self.closed = True
             transport.abort()
 
@@ -121,7 +146,7 @@ class ClientConn(asyncio.Protocol):
         """An already-encoded event; dropped (and counted) while this client lags."""
         if self.paused or self.dropped:
             self.dropped += 1
-            self.server.events_dropped += 1
+            self.stats.events_dropped += 1
             return
         self.write(data)
 
@@ -133,37 +158,11 @@ class ClientConn(asyncio.Protocol):
         except wire.Oversize as exc:
             oversize, bodies = exc, exc.bodies
         if len(bodies) == 1:
-            self.handle(bodies[0])
+            self.host.request(self, bodies[0])
         elif bodies:
-            session = self.server.session
-            session.hold()  # a burst of requests becomes one write to the device
-            try:
-                for body in bodies:
-                    if self.closed:
-                        break
-                    self.handle(body)
-            finally:
-                session.flush()
+            self.host.requests(self, bodies)
         if oversize is not None and not self.closed:
             log.info("message_too_large", client=repr(self), length=oversize.length)
-            self.server.count_limit("max_message")
-            self.send(wire.error_reply(None, "too_large", str(oversize)))
+            self.stats.limit("max_message")
+            self.send(wire.error_reply(None, ErrorCode.TOO_LARGE, str(oversize)))
             self.close()
-
-    def handle(self, body: bytes) -> None:
-        try:
-            req = wire.parse_request(body)
-            if req.op == "call" and self.role != "observer":  # the hot path: allowed
-                self.server.call(self, req)
-                return
-            need = _OP_ROLE[req.op]
-            if ROLE_RANK[self.role] < ROLE_RANK[need]:
-                raise wire.ApiError(
-                    "forbidden", f"'{req.op}' needs role {need}; you are {self.role}", req.id
-                )
-            self.server.dispatch(self, req)
-        except wire.ApiError as exc:
-            self.server.api_errors[exc.code] = self.server.api_errors.get(exc.code, 0) + 1
-            if self.server.debug:
-                log.debug("request_refused", client=repr(self), code=exc.code, why=exc.message)
-            self.send(wire.error_reply(exc.req_id, exc.code, exc.message))

@@ -1,0 +1,43 @@
+"""The codec a config asks for, and what its handshake and heartbeat send."""
+
+from __future__ import annotations
+
+from verld.codec.base import LinkCodec
+from verld.codec.length import LengthCodec
+from verld.codec.line import LineCodec
+from verld.codec.verl import VerlCodec
+from verld.config import Config
+
+
+def make_codec(cfg: Config) -> LinkCodec:
+    """The daemon-side codec of `device.codec`, with its settings."""
+    dev = cfg.device
+    if dev.codec == "verl":
+        return VerlCodec(dev.max_payload)
+    if dev.codec == "length":
+        return LengthCodec(dev.max_payload)
+    line = dev.line
+    return LineCodec(
+        dev.max_payload,
+        terminator=line.terminator,
+        encoding=line.encoding,
+        end=line.end,
+        error=line.error,
+        event=line.event,
+    )
+
+
+def ping_payload(cfg: Config) -> bytes | None:
+    """What the handshake and heartbeat send (None: no handshake, heartbeat off).
+
+    verl always pings with the empty request; length sends `heartbeat.payload` (hex)
+    while the heartbeat is on; line sends it as text, and only when it is set.
+    """
+    codec, hb = cfg.device.codec, cfg.heartbeat
+    if codec == "verl":
+        return b""
+    if codec == "length":
+        return bytes.fromhex(hb.payload) if hb.interval > 0 else None
+    if hb.payload and hb.interval > 0:
+        return hb.payload.encode(cfg.device.line.encoding)
+    return None

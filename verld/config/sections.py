@@ -1,0 +1,114 @@
+"""Section tables: the keys of each section of the sectioned format, and their checkers.
+
+Strategy: the schema is data, not code. Each `Section` pairs a dataclass from
+`model` with a table of key → checker (or nested `Section`), so adding a setting
+is one field in `model` and one line here; `validate.build` does the walking and
+the error reporting for every section alike. Key order in a table is the order
+"valid keys here: ..." lists them in.
+
+`SECTION_KEYS` lets the top level suggest where a misplaced key belongs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from types import MappingProxyType
+
+from verld.config import leaves
+from verld.config.model import (
+    CODECS,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    PARITIES,
+    ApiConfig,
+    Config,
+    DeviceConfig,
+    HeartbeatConfig,
+    LineConfig,
+    LogConfig,
+    MetricsConfig,
+    ReconnectConfig,
+    RoleList,
+    RolesConfig,
+)
+from verld.config.validate import Section
+
+_POSITIVE = leaves.integer(1)
+_LINE = Section(
+    LineConfig,
+    {
+        "terminator": leaves.terminator,
+        "encoding": leaves.encoding,
+        "end": leaves.optional(leaves.regex),
+        "error": leaves.optional(leaves.regex),
+        "event": leaves.optional(leaves.regex),
+    },
+)
+_DEVICE = Section(
+    DeviceConfig,
+    {
+        "port": leaves.port,
+        "baudrate": leaves.integer(1, what="a baud rate"),
+        "bytesize": leaves.integer(5, 8),
+        "parity": leaves.choice(PARITIES),
+        "stopbits": leaves.stopbits,
+        "rtscts": leaves.boolean,
+        "codec": leaves.choice(CODECS),
+        "timeout": leaves.seconds(zero_ok=False),
+        "guard": leaves.seconds(zero_ok=True),
+        "retry": leaves.integer(0),
+        "window": leaves.integer(1, 32768),
+        "max_payload": leaves.integer(1, 1048576),
+        "actions": leaves.actions,
+        "line": _LINE,
+    },
+)
+_HEARTBEAT = Section(
+    HeartbeatConfig,
+    {
+        "interval": leaves.seconds(zero_ok=True),
+        "misses": _POSITIVE,
+        "timeout": leaves.seconds(zero_ok=False),
+        "payload": leaves.string,
+    },
+)
+_RECONNECT = Section(
+    ReconnectConfig,
+    {"initial": leaves.seconds(zero_ok=False), "max": leaves.seconds(zero_ok=False)},
+)
+_ROLE = Section(RoleList, {"uids": leaves.ids("uid"), "gids": leaves.ids("gid")})
+_API = Section(
+    ApiConfig,
+    {
+        "socket": leaves.socket_path,
+        "mode": leaves.mode,
+        "group": leaves.group,
+        "max_clients": _POSITIVE,
+        "max_message": _POSITIVE,
+        "max_backlog": _POSITIVE,
+        "queue_limit": _POSITIVE,
+        "client_queue": _POSITIVE,
+        "lease_max": leaves.seconds(zero_ok=False),
+        "drain": leaves.seconds(zero_ok=True),
+        "roles": Section(RolesConfig, {"observer": _ROLE, "controller": _ROLE, "admin": _ROLE}),
+    },
+)
+_LOG = Section(
+    LogConfig,
+    {"level": leaves.choice(LOG_LEVELS, str.upper), "format": leaves.choice(LOG_FORMATS)},
+)
+_SECTIONS = {
+    "device": _DEVICE,
+    "heartbeat": _HEARTBEAT,
+    "reconnect": _RECONNECT,
+    "api": _API,
+    "metrics": Section(MetricsConfig, {"listen": leaves.optional(leaves.listen)}),
+    "log": _LOG,
+}
+
+#: the whole sectioned file: section name → section
+CONFIG = Section(Config, _SECTIONS)
+#: section name → the keys valid inside it
+SECTION_KEYS: Mapping[str, Collection[str]] = MappingProxyType(
+    {name: section.keys for name, section in _SECTIONS.items()}
+)

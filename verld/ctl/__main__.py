@@ -1,0 +1,5 @@
+"""`python -m verld.ctl`: run verlctl."""
+
+from verld.ctl.cli import main
+
+raise SystemExit(main())

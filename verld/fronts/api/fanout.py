@@ -1,0 +1,103 @@
+"""Events to subscribers: device events, link changes, logs, traffic and wire taps.
+
+Each event is encoded once and written to every subscriber of its topic; a
+subscriber that lags loses events (counted, then an `overflow` event) and is
+dropped past `api.max_backlog`, so nobody else waits for it. The traffic and wire
+taps are asked of the core only while someone subscribes to them: they cost
+nothing otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from verld import wire
+from verld.fronts.api.conn import ClientConn
+from verld.fronts.base import Core
+from verld.link import Transition
+from verld.logs import Record
+
+
+class Fanout:
+    """Who subscribed to what, and the writing of events to them."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.subscribers: dict[str, set[ClientConn]] = {t: set() for t in wire.TOPICS}
+
+    def subscribe(self, conn: ClientConn, topics: frozenset[str]) -> None:
+        conn.topics |= topics
+        for topic in topics:
+            self.subscribers[topic].add(conn)
+        self._update_taps()
+
+    def unsubscribe(self, conn: ClientConn, topics: frozenset[str]) -> None:
+        conn.topics -= topics
+        for topic in topics:
+            self.subscribers[topic].discard(conn)
+        self._update_taps()
+
+    def broadcast(self, topic: str, obj: dict[str, Any]) -> None:
+        subs = self.subscribers[topic]
+        if not subs:
+            return
+        data = wire.encode(obj)
+        for conn in list(subs):
+            conn.send_event(data)
+
+    # --- the core's Listener ------------------------------------------------------------
+    def device_event(self, data: bytes, text: str | None, generation: int) -> None:
+        if not self.subscribers["events"]:
+            return
+        event: dict[str, Any] = {
+            "event": "device",
+            "data": wire.b64(data),
+            "generation": generation,
+        }
+        if text is not None:
+            event["text"] = text
+        self.broadcast("events", event)
+
+    def link_event(self, transition: Transition) -> None:
+        self.broadcast(
+            "link",
+            {
+                "event": "link",
+                "state": transition.state.value,
+                "reason": transition.reason,
+                "generation": transition.generation,
+            },
+        )
+
+    def log_record(self, record: Record) -> None:
+        if self.subscribers["logs"]:
+            self.broadcast("logs", {"event": "log", "record": record})
+
+    # --- taps -------------------------------------------------------------------------
+    def _update_taps(self) -> None:
+        traffic = self._traffic if self.subscribers["traffic"] else None
+        self.core.set_taps(self, traffic, self._wire if self.subscribers["wire"] else None)
+
+    def _traffic(
+        self, direction: str, kind: str, seq: int | None, status: int | None, payload: bytes
+    ) -> None:
+        self.broadcast(
+            "traffic",
+            {
+                "event": "traffic",
+                "dir": direction,
+                "t": round(time.time(), 6),
+                "kind": kind,
+                "seq": seq,
+                "status": status,
+                "len": len(payload),
+                "hex": payload.hex(),
+            },
+        )
+
+    def _wire(self, direction: str, data: bytes) -> None:
+        self.broadcast(
+            "wire",
+            {"event": "wire", "dir": direction, "t": round(time.time(), 6), "hex": data.hex()},
+        )

@@ -1,0 +1,210 @@
+"""The Unix-socket JSON API front: accepts clients, runs their requests.
+
+Strategy: each connection (`conn.ClientConn`) frames bytes into message bodies and
+hands them here; `request` parses one (`wire`), looks its op up in the one table
+(`ops.OPS`: role and handler) and runs it. Calls go to the core with a callback
+that answers the asking connection only; events go out through `fanout.Fanout`,
+leases are `leases.Leases`. This module owns the listening socket and the set of
+connected clients (limits and roles at connect, re-evaluated after a reload).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from verld import wire
+from verld.config import Config, tcp_target
+from verld.errors import ApiError, ErrorCode
+from verld.fronts.api.conn import ApiStats, ClientConn
+from verld.fronts.api.fanout import Fanout
+from verld.fronts.api.leases import Leases
+from verld.fronts.api.ops import OPS
+from verld.fronts.base import Core
+from verld.logs import RING
+from verld.metrics import prometheus_text
+from verld.roles import role_for
+from verld.sockfile import clear_stale_socket, set_group
+
+log = structlog.get_logger("verld.server")
+
+
+class ApiServer:
+    """The API front over one core."""
+
+    def __init__(
+        self, cfg: Config, core: Core, *, on_reload: Callable[[], list[str]] | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.core = core
+        self.counts = core.front("api")
+        self.stats = ApiStats()
+        self.fanout = Fanout(core)
+        self.leases = Leases(core)
+        self.clients: set[ClientConn] = set()
+        self.started = time.time()
+        self.on_reload = on_reload
+        self.on_clients_changed: Callable[[], None] | None = None
+        self.debug = False
+        self._serial = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._owned_path: tuple[str, int, int] | None = None
+        core.listeners.append(self.fanout)
+        RING.listener = self.fanout.log_record
+
+    # --- listening ------------------------------------------------------------------
+    def _new_conn(self) -> ClientConn:
+        self._serial += 1
+        return ClientConn(self, self._serial)
+
+    async def start(self, listen_sock: socket.socket | None = None) -> None:
+        """Serve the given (socket-activated) socket, or bind `api.socket`."""
+        loop = asyncio.get_running_loop()
+        if listen_sock is not None:
+            self._server = await loop.create_unix_server(self._new_conn, sock=listen_sock)
+            return
+        path = self.cfg.api.socket
+        clear_stale_socket(path)
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        self._server = await loop.create_unix_server(self._new_conn, path=path)
+        os.chmod(path, self.cfg.api.mode)  # after bind: correct under any umask
+        if self.cfg.api.group is not None:
+            set_group(path, self.cfg.api.group)
+        st = os.stat(path)
+        self._owned_path = (path, st.st_dev, st.st_ino)
+
+    async def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def close(self) -> None:
+        """Close every client and remove the socket file we created."""
+        await self.stop_accepting()
+        for conn in list(self.clients):
+            conn.close()
+        if self._owned_path is not None:
+            path, dev, ino = self._owned_path
+            try:
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) == (dev, ino):
+                    os.unlink(path)
+            except OSError:
+                pass
+        RING.listener = None
+
+    # --- clients --------------------------------------------------------------------------
+    def attach(self, conn: ClientConn) -> None:
+        limit = self.cfg.api.max_clients
+        if len(self.clients) >= limit:
+            self._refuse(
+                conn, "max_clients", ErrorCode.BUSY, f"too many clients (max_clients={limit})"
+            )
+            return
+        role = role_for(conn.uid, conn.gid, self.cfg.api.roles)
+        if role is None:
+            self._refuse(
+                conn, "no_role", ErrorCode.FORBIDDEN, "your uid/gid matches no role in api.roles"
+            )
+            return
+        conn.role = role
+        self.clients.add(conn)
+        log.info(
+            "client_connected",
+            client=repr(conn),
+            client_pid=conn.pid,
+            client_uid=conn.uid,
+            client_gid=conn.gid,
+            role=role,
+        )
+        if self.on_clients_changed is not None:
+            self.on_clients_changed()
+
+    def _refuse(self, conn: ClientConn, limit: str, code: ErrorCode, message: str) -> None:
+        reason = "no role" if limit == "no_role" else limit
+        log.info("client_refused", pid=conn.pid, uid=conn.uid, reason=reason)
+        self.stats.limit(limit)
+        conn.refuse(code, message)
+
+    def reevaluate_roles(self) -> None:
+        """After a reload: every connected client gets the role the new lists give it."""
+        for conn in list(self.clients):
+            role = role_for(conn.uid, conn.gid, self.cfg.api.roles)
+            if role is None:
+                log.info("client_refused", client=repr(conn), client_pid=conn.pid, reason="no role")
+                self.stats.limit("no_role")
+                conn.refuse(ErrorCode.FORBIDDEN, "after a reload your uid/gid matches no role")
+            elif role != conn.role:
+                log.info("client_role_changed", client=repr(conn), old=conn.role, new=role)
+                conn.role = role
+
+    def detach(self, conn: ClientConn) -> None:
+        if conn not in self.clients:
+            return
+        self.clients.discard(conn)
+        self.fanout.unsubscribe(conn, wire.TOPICS)
+        self.leases.forget(conn)
+        self.core.forget(conn)
+        log.info("client_disconnected", client=repr(conn), client_pid=conn.pid)
+        if self.on_clients_changed is not None:
+            self.on_clients_changed()
+
+    # --- requests ---------------------------------------------------------------------
+    def request(self, conn: ClientConn, body: bytes) -> None:
+        """One message from `conn`: parsed, looked up, role-checked, run."""
+        try:
+            req = wire.parse_request(body)
+            op = OPS.get(req.op)
+            if op is None:
+                raise ApiError(ErrorCode.UNKNOWN_OP, f"unknown op {req.op!r}", req.id)
+            if conn.rank < op.rank:
+                raise ApiError(
+                    ErrorCode.FORBIDDEN,
+                    f"'{req.op}' needs role {op.role}; you are {conn.role}",
+                    req.id,
+                )
+            op.handler(self, conn, req)
+        except ApiError as exc:
+            errors = self.stats.api_errors
+            errors[exc.code] = errors.get(exc.code, 0) + 1
+            if self.debug:
+                log.debug("request_refused", client=repr(conn), code=exc.code, why=exc.message)
+            conn.send(wire.error_reply(exc.req_id, exc.code, exc.message))
+
+    def requests(self, conn: ClientConn, bodies: list[bytes]) -> None:
+        """A burst of messages from one read: their calls go to the device in one write."""
+        self.core.hold()
+        try:
+            for body in bodies:
+                if conn.closed:
+                    break
+                self.request(conn, body)
+        finally:
+            self.core.flush()
+
+    # --- status and metrics ------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        st = self.core.status()
+        st["uptime"] = round(time.time() - self.started, 3)
+        st["clients"] = len(self.clients)
+        st["lease"] = self.leases.status()
+        st["events_dropped"] = self.stats.events_dropped
+        st["limits_hit"] = dict(self.stats.limits_hit)
+        st["api_errors"] = dict(self.stats.api_errors)
+        dev = self.cfg.device
+        if tcp_target(self.core.session.port) is None:  # serial: show the line settings
+            st["link"]["settings"] = (
+                f"{dev.baudrate} {dev.bytesize}{dev.parity[0].upper()}{dev.stopbits:g}"
+                + (" rtscts" if dev.rtscts else "")
+            )
+        return st
+
+    def metrics_text(self) -> str:
+        return prometheus_text(self.status(), self.core.session.stats.latency)

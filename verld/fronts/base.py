@@ -1,0 +1,166 @@
+"""What every front gets from the core: calls, events, leases, taps, counts.
+
+Strategy: a front (the JSON API, later virtual serial ports and a Modbus TCP server)
+never reaches into the session. It submits a call for an owner — any hashable that
+stands for one program on that front — and gets exactly one `CallResult` back;
+it registers as a `Listener` for device events and link transitions, and says
+which taps (decoded frames, raw bytes) it wants while someone of its own listens.
+Every owner is a client of the same fair queue, under the same limits and leases;
+each front's calls are counted by outcome (`verld_front_calls_total{front,outcome}`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
+
+from verld.alarm import Clock
+from verld.calls import Call, CallResult
+from verld.codec.base import LinkCodec
+from verld.config import Config
+from verld.link import Transition
+from verld.session import Session, TrafficTap, WireTap
+from verld.supervisor import Opener, Supervisor
+from verld.transport import open_link
+
+
+class Listener(Protocol):
+    """What a front hears from the device and the link."""
+
+    def device_event(self, data: bytes, text: str | None, generation: int) -> None: ...
+
+    def link_event(self, transition: Transition) -> None: ...
+
+
+class FrontCounts:
+    """One front's calls by outcome ("ok" or the error code)."""
+
+    __slots__ = ("name", "outcomes")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.outcomes: dict[str, int] = {}
+
+    def count(self, result: CallResult) -> None:
+        outcome = result.error or "ok"
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+class Core:
+    """The session and its supervisor, as every front sees them (made here, wired once)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        codec: LinkCodec,
+        port: str,
+        *,
+        clock: Clock,
+        opener: Opener = open_link,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.listeners: list[Listener] = []
+        self.fronts: dict[str, FrontCounts] = {}
+        self._taps: dict[object, tuple[TrafficTap | None, WireTap | None]] = {}
+        self.session = Session(
+            cfg,
+            codec,
+            port,
+            clock=clock,
+            on_event=self.device_event,
+            on_link=self.link_event,
+            rng=rng,
+        )
+        self.supervisor = Supervisor(self.session, opener)
+
+    def front(self, name: str) -> FrontCounts:
+        """The counts of front `name` (made on first use)."""
+        counts = self.fronts.get(name)
+        if counts is None:
+            counts = self.fronts[name] = FrontCounts(name)
+        return counts
+
+    # --- calls ----------------------------------------------------------------------
+    def submit(
+        self,
+        owner: Hashable,
+        payload: bytes,
+        done: Callable[[CallResult], None],
+        *,
+        timeout: float | None = None,
+        retry: int | None = None,
+        wait: bool = False,
+        req_id: object = None,
+    ) -> None:
+        """One call for `owner`; `done` runs exactly once. Defaults from `device`."""
+        dev = self.cfg.device
+        self.session.submit(
+            Call(
+                owner,
+                payload,
+                done,
+                timeout=timeout or dev.timeout,
+                retry=dev.retry if retry is None else retry,
+                wait=wait,
+                req_id=req_id,
+            )
+        )
+
+    def forget(self, owner: Hashable) -> None:
+        """The owner went away: its waiting calls are dropped, its calls on the link
+        abandoned (their late replies are then stale)."""
+        self.session.forget_owner(owner)
+
+    def hold(self) -> None:
+        """Collect calls without writing until `flush`: one write for a burst."""
+        self.session.hold()
+
+    def flush(self) -> None:
+        self.session.flush()
+
+    def set_exclusive(self, owner: Hashable | None) -> None:
+        """A lease: only `owner`'s calls reach the device (None: everyone's again)."""
+        self.session.set_exclusive(owner)
+
+    def request_reconnect(self, reason: str) -> None:
+        self.supervisor.request_reconnect(reason)
+
+    # --- what the device says -----------------------------------------------------------
+    def device_event(self, data: bytes, text: str | None, generation: int) -> None:
+        for listener in self.listeners:
+            listener.device_event(data, text, generation)
+
+    def link_event(self, transition: Transition) -> None:
+        for listener in self.listeners:
+            listener.link_event(transition)
+
+    def set_taps(self, who: object, traffic: TrafficTap | None, wire: WireTap | None) -> None:
+        """`who` (a front) wants these taps (None: not that one); the session taps
+        only while some front wants it, and then costs nothing for the others."""
+        self._taps[who] = (traffic, wire)
+        traffics = [t for t, _ in self._taps.values() if t is not None]
+        wires = [w for _, w in self._taps.values() if w is not None]
+        self.session.set_taps(_fan(traffics), _fan(wires))
+
+    # --- figures ----------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """The session's status and the fronts' call counts."""
+        st = self.session.status()
+        st["fronts"] = {name: dict(c.outcomes) for name, c in sorted(self.fronts.items())}
+        return st
+
+
+def _fan(taps: list[Any]) -> Any:
+    """One tap calling each of `taps` (or the one itself; None for none)."""
+    if not taps:
+        return None
+    if len(taps) == 1:
+        return taps[0]
+
+    def fan(*args: Any) -> None:
+        for tap in taps:
+            tap(*args)
+
+    return fan

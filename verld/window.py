@@ -1,0 +1,113 @@
+"""The in-flight window: which calls are on the link, under which seq, until when.
+
+Strategy: sans-I/O and clock-free (times come in as `now`). `add` gives a call the
+next seq — incrementing mod 65536 across reconnects too, skipping any seq still
+outstanding, so a timed-out seq is not reused for a long while — and its deadline.
+A reply is `match`ed by seq (codecs with seqs) or to the one call outstanding
+(codecs without); a reply that matches nothing is stale, and the caller counts it.
+`expired(now)` lists the tries that ran out; `earliest()` says when the next one
+will. This is the only seq allocator: the handshake, heartbeat pings, calls and
+retries all take their seqs here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterator
+
+from verld.calls import Call
+
+SEQ_MOD = 65536
+#: a deadline within this of the clock has passed (float rounding of virtual clocks)
+EPSILON = 1e-6
+
+
+class Window:
+    """Up to `size` calls on the link, keyed by seq."""
+
+    __slots__ = ("_calls", "_next_seq", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._calls: dict[int, Call] = {}
+        self._next_seq = 0
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def __bool__(self) -> bool:
+        return bool(self._calls)
+
+    def __iter__(self) -> Iterator[Call]:
+        """The calls on the link (a snapshot: safe to change the window meanwhile)."""
+        return iter(list(self._calls.values()))
+
+    def room(self) -> int:
+        """How many more calls fit."""
+        return self.size - len(self._calls)
+
+    def add(self, call: Call, now: float) -> float:
+        """Put a call's first try on the link: its seq, its deadline (returned)."""
+        calls = self._calls
+        seq = self._next_seq
+        while seq in calls:
+            seq = (seq + 1) % SEQ_MOD
+        self._next_seq = (seq + 1) % SEQ_MOD
+        call.seq = seq
+        call.tries += 1
+        calls[seq] = call
+        call.deadline = deadline = now + call.timeout
+        return deadline
+
+    def readd(self, call: Call, now: float) -> float:
+        """A retry: the same seq again, a fresh deadline (returned)."""
+        call.tries += 1
+        self._calls[call.seq] = call
+        call.deadline = deadline = now + call.timeout
+        return deadline
+
+    def match(self, seq: int | None) -> Call | None:
+        """Take the call a reply answers off the link; None: the reply is stale."""
+        if seq is not None:
+            return self._calls.pop(seq, None)
+        for seq_ in self._calls:  # no seqs: the one call outstanding
+            return self._calls.pop(seq_)
+        return None
+
+    def holds(self, call: Call) -> bool:
+        """Whether this very call is on the link now."""
+        return self._calls.get(call.seq) is call
+
+    def remove(self, call: Call) -> None:
+        """Take a call off the link (its try ran out)."""
+        del self._calls[call.seq]
+
+    def expired(self, now: float) -> list[Call]:
+        """The calls whose try has run out by `now`, earliest sent first."""
+        due = now + EPSILON
+        return [c for c in self._calls.values() if c.deadline <= due]
+
+    def earliest(self) -> float:
+        """The next deadline (infinity when nothing is on the link)."""
+        return min((c.deadline for c in self._calls.values()), default=math.inf)
+
+    def drop_owner(self, owner: Hashable) -> list[Call]:
+        """An owner went away: its calls (not pings) leave the link, their slots free."""
+        gone = [c for c in self._calls.values() if c.owner is owner and not c.is_ping]
+        for call in gone:
+            del self._calls[call.seq]
+        return gone
+
+    def owned_by(self, owner: Hashable) -> list[Call]:
+        """The owner's calls on the link (left there)."""
+        return [c for c in self._calls.values() if c.owner is owner]
+
+    def calls(self) -> int:
+        """Client calls on the link (pings not counted)."""
+        return sum(1 for c in self._calls.values() if not c.is_ping)
+
+    def drain(self) -> list[Call]:
+        """Every call off the link (the link is lost, or verld stops)."""
+        calls = list(self._calls.values())
+        self._calls.clear()
+        return calls
