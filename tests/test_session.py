@@ -33,7 +33,7 @@ async def with_session(sim: SimProc, body: Any, debug: bool = False) -> list[Tra
     runner = asyncio.create_task(supervisor.run())
     try:
         for _ in range(200):
-            if session.state is LinkState.UP:
+            if session.link.state is LinkState.UP:
                 break
             await asyncio.sleep(0.01)
         await body(session)
@@ -59,7 +59,7 @@ class TestSession:
         """Coming up logs link_up at INFO with the port and generation 1."""
 
         async def body(session: Session) -> None:
-            assert session.state is LinkState.UP
+            assert session.link.state is LinkState.UP
 
         with capture_logs() as logs:
             seen = asyncio.run(with_session(sim, body))

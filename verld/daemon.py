@@ -319,9 +319,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _runner() -> asyncio.Runner:
-    """uvloop when installed (the `fast` extra), else asyncio's own loop.
+    """uvloop where it is installed (a default dependency on CPython), else asyncio's.
 
-    $VERLD_EVENT_LOOP=asyncio forces the standard loop; =uvloop insists on uvloop.
+    $VERLD_EVENT_LOOP=asyncio forces the standard loop; =uvloop warns when uvloop is
+    missing (and runs on asyncio's).
     """
     choice = os.environ.get("VERLD_EVENT_LOOP", "auto")
     if choice != "asyncio":

@@ -33,6 +33,8 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from verld.errors import VerldError
+
 SOCKET = "/run/systemd/journal/socket"
 IDENTIFIER = "verld"
 #: structlog method name → syslog priority
@@ -49,7 +51,7 @@ _JOURNAL_DIRS = ("/run/log/journal", "/var/log/journal")
 Sender = Callable[[Mapping[str, str]], None]
 
 
-class JournalUnavailable(Exception):
+class JournalUnavailable(VerldError):
     """No journal to write to or read from; the message says why, for a human."""
 
 

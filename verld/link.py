@@ -18,6 +18,7 @@ import enum
 import random
 from dataclasses import dataclass
 
+from verld.config import Config
 from verld.errors import LocalProtocolError
 
 
@@ -88,6 +89,18 @@ class Link:
         self.reconnects = 0
         #: while not None: input is discarded until the line is quiet up to this time
         self.guard_until: float | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Config, rng: random.Random | None = None) -> Link:
+        rc, hb = cfg.reconnect, cfg.heartbeat
+        return cls(initial=rc.initial, maximum=rc.max, misses=hb.misses, interval=hb.interval,
+                   guard=cfg.device.guard, rng=rng)  # fmt: skip
+
+    def configure(self, cfg: Config) -> None:
+        """Take `reconnect`, `heartbeat` and `device.guard` (at start and on reload)."""
+        rc, hb = cfg.reconnect, cfg.heartbeat
+        self.initial, self.maximum = rc.initial, rc.max
+        self.misses, self.interval, self.guard = hb.misses, hb.interval, cfg.device.guard
 
     def _check(self, event: str) -> None:
         if self.state not in _ALLOWED[event]:

@@ -131,11 +131,15 @@ def setup(level: str = "INFO", fmt: str = "auto") -> str:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     else:
         renderer = _json_renderer
+    # The console renderer prints a record's traceback itself; for the json and journal
+    # formats (and the ring behind the `logs` op) exc_info becomes its formatted text.
+    tracebacks = [] if fmt == "console" else [structlog.processors.format_exc_info]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=False),
+            *tracebacks,
             RING,
             renderer,
         ],

@@ -85,7 +85,9 @@ def _metric(lines: list[str], name: str, kind: str, help_text: str) -> None:
     lines.append(f"# TYPE {name} {kind}")
 
 
-def prometheus_text(st: dict[str, Any], latency: Histogram) -> str:
+def prometheus_text(
+    st: dict[str, Any], latency: Histogram, fronts: dict[str, dict[str, int]] | None = None
+) -> str:
     """Prometheus text exposition (format 0.0.4) of a `status` reply and the histogram."""
     c = st["counters"]
     lines: list[str] = []
@@ -96,7 +98,7 @@ def prometheus_text(st: dict[str, Any], latency: Histogram) -> str:
     for code, n in sorted(st.get("errors", {}).items()):
         lines.append(f'verld_call_errors_total{{code="{code}"}} {n}')
     _metric(lines, "verld_front_calls_total", "counter", "Calls answered, by front and outcome.")
-    for front, outcomes in sorted(st.get("fronts", {}).items()):
+    for front, outcomes in sorted((fronts or {}).items()):
         for outcome, n in sorted(outcomes.items()):
             lines.append(f'verld_front_calls_total{{front="{front}",outcome="{outcome}"}} {n}')
     for key, help_text in _COUNTERS:

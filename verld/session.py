@@ -5,14 +5,15 @@ to its `done` callback. Calls wait in per-owner queues served round-robin
 (`calls.FairQueue`); up to `window` of them are on the link at once
 (`window.Window`: seqs, matching, deadlines). One timer, armed for the earliest
 deadline, sweeps out the tries that ran out (no timer per call on the hot path).
-What a timeout calls for — retry, resend, quiet guard, reconnect, a dead link — is
-the link state machine's policy (`link.Link.timed_out`); losing the link for any
-reason goes through `_lose`, which fails what is outstanding and tells the
-supervisor (`supervisor.Supervisor`, the connect loop) to reopen it.
+Every timer — that sweep, retries, the quiet guard, waits, the heartbeat — is the
+`timekeeper.Timekeeper`'s; what a timeout calls for is the link state machine's
+policy (`link.Link.timed_out`). Losing the link for any reason goes through `lose`,
+which fails what is outstanding and tells the supervisor (`supervisor.Supervisor`,
+the connect loop) to reopen it.
 
 This module does no I/O of its own and reads time only from its `clock` (the
 event loop, or a test's manual clock): the transport calls `link_data` and
-`link_lost`; the supervisor calls `attach`, `handshake` and `begin_close`.
+`link_lost`; the supervisor calls `attach`, `came_up` and `drop_transport`.
 """
 
 from __future__ import annotations
@@ -24,16 +25,17 @@ from typing import Any
 
 import structlog
 
-from verld.alarm import Alarm, Clock
+from verld.alarm import Clock
 from verld.calls import Call, CallResult, FairQueue
 from verld.codec.base import Inbound, Kind, LinkCodec
 from verld.codec.select import ping_payload
 from verld.config import Config, tcp_target
 from verld.errors import ErrorCode
-from verld.link import AfterTimeout, Link, LinkState, Transition
+from verld.link import Link, LinkState, Transition
 from verld.stats import Stats, link_status, log_transition
+from verld.timekeeper import Timekeeper
 from verld.transport import LinkTransport
-from verld.window import EPSILON, Window
+from verld.window import Window
 
 log = structlog.get_logger("verld.session")
 
@@ -66,21 +68,16 @@ class Session:
         self._on_event, self._on_link = on_event, on_link
         #: called when the link is lost or a reconnect is wanted: the supervisor's wake-up
         self.on_lost: Callable[[], None] = _nothing
-        rc, hb = cfg.reconnect, cfg.heartbeat
-        self.link = Link(initial=rc.initial, maximum=rc.max, misses=hb.misses,
-                         interval=hb.interval, guard=cfg.device.guard, rng=rng)  # fmt: skip
+        self.link = Link.from_config(cfg, rng)
         self.window = Window(cfg.device.window if codec.pipelined else 1)
         self.ping_payload = ping_payload(cfg)
-        self._tcp = tcp_target(port) is not None
+        self.tcp = tcp_target(port) is not None
         self.stats = Stats()
         self.counters = self.stats.counters
         self.queue = FairQueue(cfg.api.queue_limit, cfg.api.client_queue)
         self._transport: LinkTransport | None = None
-        self._held: Call | None = None  # a retry waiting for the guard to end
-        #: the one timeout timer, set for the earliest deadline on the link
-        self._sweep = Alarm(clock, self._swept)
-        self._beat = Alarm(clock, self._heartbeat)
-        self._guard = Alarm(clock, self._guard_check)
+        self.timers = Timekeeper(self)
+        self._sweep = self.timers.sweep
         self.closing = False
         self._holds = 0
         self._pump_wanted = False
@@ -91,24 +88,13 @@ class Session:
         self._wire: WireTap | None = None
 
     # --- settings -----------------------------------------------------------------
-    @property
-    def state(self) -> LinkState:
-        return self.link.state
-
-    @property
-    def exclusive(self) -> Hashable | None:
-        """The lease holder: while set, only its calls reach the device."""
-        return self.queue.exclusive
-
     def reconfigure(self, cfg: Config) -> None:
         """Apply a reloaded config's live settings (timeouts, heartbeat, limits)."""
         self.cfg = cfg
         self.queue.limit, self.queue.share = cfg.api.queue_limit, cfg.api.client_queue
-        link, hb, rc = self.link, cfg.heartbeat, cfg.reconnect
-        link.interval, link.misses, link.guard = hb.interval, hb.misses, cfg.device.guard
-        link.initial, link.maximum = rc.initial, rc.max
+        self.link.configure(cfg)
         self.ping_payload = ping_payload(cfg)
-        self._arm_heartbeat()
+        self.timers.arm_heartbeat()
 
     def set_debug(self, enabled: bool) -> None:
         """Per-call DEBUG lines cost even when filtered: build them only when wanted."""
@@ -120,7 +106,7 @@ class Session:
         self.window.size = self.cfg.device.window if codec.pipelined else 1
         if port is not None:
             self.port = port
-            self._tcp = tcp_target(port) is not None
+            self.tcp = tcp_target(port) is not None
 
     def set_taps(self, traffic: TrafficTap | None, wire: WireTap | None) -> None:
         """Decoded frames and raw bytes each way to the taps (None: off, costs nothing)."""
@@ -131,7 +117,7 @@ class Session:
     def set_exclusive(self, owner: Hashable | None) -> None:
         """Give the device to one owner (a lease), or back to everyone (None)."""
         self.queue.exclusive = owner
-        self._pump()
+        self.pump()
 
     # --- calls in ---------------------------------------------------------------------
     def submit(self, call: Call) -> None:
@@ -142,21 +128,20 @@ class Session:
                       bytes=len(call.payload))  # fmt: skip
         refused = self._refusal(call)
         if refused is not None:
-            self._finish(call, *refused)
+            self.finish(call, *refused)
             return
         queue = self.queue
         if not queue.waiting and queue.exclusive is None and self._sendable():
-            self._send([call])  # what _pump would do, without the trip through the queue
+            self.send([call])  # what _pump would do, without the trip through the queue
             return
         queue.push(call)
         if self._debug:
             log.debug("call_queued", client=call.owner, request_id=call.req_id, queue=len(queue))
         excl = queue.exclusive
         if self.link.state is not _UP or (excl is not None and call.owner is not excl):
-            call.timer = self.clock.call_at(self.clock.time() + call.timeout,
-                                            self._wait_expired, call)  # fmt: skip
+            self.timers.wait(call)
         elif self.window.room() > 0:  # full: the next reply pumps
-            self._pump()
+            self.pump()
         elif not self._polled and self._transport is not None:
             # Full window, calls waiting: replies the device already sent free slots,
             # so read them before more client requests (once per loop turn: the loop
@@ -198,16 +183,9 @@ class Session:
             for call in abandoned:
                 self.queue.release(call)
             if abandoned:
-                self._pump()
+                self.pump()
             return
-        limit = self.cfg.device.timeout
-        latest = self.clock.time() + limit
-        for call in self.window.owned_by(owner):
-            if call.timeout > limit:
-                call.retry = 0
-                if call.deadline > latest:
-                    call.deadline = latest
-                    self._sweep.set_earlier(latest)
+        self.timers.shorten(self.window.owned_by(owner), self.cfg.device.timeout)
 
     # --- the queue onto the link ----------------------------------------------------------
     def hold(self) -> None:
@@ -218,7 +196,7 @@ class Session:
         """End a `hold`; what was collected goes out in one write."""
         self._holds -= 1
         if not self._holds and self._pump_wanted:
-            self._pump()
+            self.pump()
 
     def _sendable(self) -> bool:
         """Calls may go out now: up, no guard, a transport, room, not held."""
@@ -226,7 +204,7 @@ class Session:
         return (link.state is _UP and link.guard_until is None and not self._holds
                 and self._transport is not None and self.window.room() > 0)  # fmt: skip
 
-    def _pump(self) -> None:
+    def pump(self) -> None:
         """Move calls from the queue onto the link while the window has room."""
         if self._holds:
             self._pump_wanted = True
@@ -240,9 +218,9 @@ class Session:
                 call.timer.cancel()
                 call.timer = None
         if batch:
-            self._send(batch)
+            self.send(batch)
 
-    def _send(self, calls: list[Call]) -> None:
+    def send(self, calls: list[Call]) -> None:
         """Write calls (first tries) in one write; set their deadlines."""
         transport = self._transport
         assert transport is not None
@@ -264,7 +242,7 @@ class Session:
         self._sweep.set_earlier(earliest)
         transport.write(calls[0].frame if len(calls) == 1 else b"".join(c.frame for c in calls))
 
-    def _resend(self, call: Call) -> None:
+    def resend(self, call: Call) -> None:
         """A retry: the same bytes with the same seq, so a device may answer from a cache."""
         transport = self._transport
         assert transport is not None
@@ -296,18 +274,20 @@ class Session:
             self._received(frames, now)
         if self.codec.desync is not None:
             self.stats.desyncs += 1
-            self._lose(f"stream out of step: {self.codec.desync}")
+            self.lose(f"stream out of step: {self.codec.desync}")
 
     def _received(self, frames: list[Inbound], now: float) -> None:
         """Free the window slots first and refill them in one write, so the device works
         on the next calls while the replies go out to their clients."""
-        matched = [self._match(f) if f.kind is Kind.REPLY else None for f in frames]
-        if len(frames) == 1 and matched[0] is not None:  # the common case: one reply
-            if self.queue.waiting:
-                self._pump()
-            self._complete(matched[0], frames[0], now)
+        if len(frames) == 1 and frames[0].kind is Kind.REPLY:  # the common case
+            call = self._match(frames[0])
+            if call is not None:
+                if self.queue.waiting:
+                    self.pump()
+                self._complete(call, frames[0], now)
             return
-        self._pump()
+        matched = [self._match(f) if f.kind is Kind.REPLY else None for f in frames]
+        self.pump()
         self.hold()  # replies to pings may pump again: still one write
         try:
             for frame, call in zip(frames, matched, strict=True):
@@ -344,15 +324,15 @@ class Session:
             error, message = ErrorCode.REMOTE_FAILURE, "the device reported failure (status 0xff)"
         else:
             error, message = ErrorCode.DEVICE_ERROR, f"device status 0x{status:02x}"
-        self._finish(call, error, message, status, frame.data, frame.text)
+        self.finish(call, error, message, status, frame.data, frame.text)
         if call.is_ping:
             if not self.window:
                 self._sweep.cancel()  # an idle link: no wake-up for a deadline long met
-            self._arm_heartbeat()
+            self.timers.arm_heartbeat()
         if self.queue.waiting and self.queue.ready():
-            self._pump()
+            self.pump()
 
-    def _finish(self, call: Call, error: str | None, message: str, status: int | None = None,
+    def finish(self, call: Call, error: str | None, message: str, status: int | None = None,
                 data: bytes = b"", text: str | None = None) -> None:  # fmt: skip
         # perf_counter, not loop.time(): uvloop's clock ticks in whole milliseconds.
         elapsed = time.perf_counter() - call.t_submit if call.t_submit else 0.0
@@ -366,108 +346,6 @@ class Session:
         result = (error, message, status, data, text, elapsed * 1000, self.link.generation)
         call.done(_new_tuple(CallResult, result))
 
-    # --- time passing: deadlines, the guard, waits, the heartbeat ----------------------------
-    def _swept(self) -> None:
-        """The earliest deadline came: time out every try whose deadline passed."""
-        now, window = self.clock.time(), self.window
-        for call in window.expired(now):
-            # an earlier timeout may have resent it (new deadline) or dropped the link
-            if window.holds(call) and call.deadline <= now + EPSILON:
-                self._on_timeout(call)
-        if window:  # a retry above may have set it for a later deadline than these
-            # not before 1 ms from now: a clock that rang early cannot make a busy loop
-            self._sweep.set_earlier(max(window.earliest(), now + 0.001))
-
-    def _on_timeout(self, call: Call) -> None:
-        """A try's deadline passed: fail or retry it as the link's policy says."""
-        self.window.remove(call)
-        self.counters.timeouts += 1
-        after = self.link.timed_out(self.clock.time(), seqs=self.codec.pipelined, tcp=self._tcp)
-        retry = call.tries <= call.retry and not call.is_ping
-        if not retry or after is AfterTimeout.FAIL or after is AfterTimeout.DEAD:
-            self._finish(call, ErrorCode.TIMEOUT, f"no answer within {call.timeout:g} s")
-        if after is AfterTimeout.DEAD:
-            misses = self.link.consecutive_timeouts
-            self._lose(f"device not answering ({misses} timeouts in a row)")
-        elif after is AfterTimeout.RECONNECT:
-            if retry:  # at the head of the queue, waiting for the next connection
-                self.counters.retries += 1
-                call.wait = True
-                self.queue.push(call, front=True)
-            self._lose("no answer on a tcp link without seqs: reconnecting")
-        elif after is not AfterTimeout.FAIL:
-            if after is AfterTimeout.RESEND and retry:
-                self._resend(call)
-            elif after is AfterTimeout.GUARD:
-                self._held = call if retry else None
-                self._guard.set(self.link.guard_until or 0.0)
-            if call.is_ping:
-                self._arm_heartbeat()
-            if not retry:
-                self._pump()
-
-    def _guard_check(self) -> None:
-        link = self.link
-        if link.guard_until is None:
-            return
-        if not link.guard_over(self.clock.time()):
-            self._guard.set(link.guard_until)  # bytes came meanwhile: quiet from then
-            return
-        self.codec.reset()
-        held, self._held = self._held, None
-        if held is not None and self._transport is not None:
-            self._resend(held)
-        else:
-            self._pump()
-        self._arm_heartbeat()
-
-    def _wait_expired(self, call: Call) -> None:
-        """A call that asked to wait for the link waited its whole timeout."""
-        if not call.queued:
-            return
-        self.queue.remove(call)
-        if self.link.state is _UP and self.queue.exclusive is not None:
-            self._finish(call, ErrorCode.BUSY, f"the device stayed leased for {call.timeout:g} s")
-        else:
-            state = self.link.state.value
-            self._finish(call, ErrorCode.LINK_DOWN, f"link still {state} after {call.timeout:g} s")
-
-    def fail_queued(self, code: ErrorCode, message: str, *, everyone: bool) -> None:
-        """Fail queued calls (all of them, or those that did not ask to wait)."""
-        now = self.clock.time()
-        for call in self.queue:
-            if everyone or not call.wait:
-                self.queue.remove(call)
-                if call.timer is not None:
-                    call.timer.cancel()
-                self._finish(call, code, message)
-            elif call.timer is None:
-                call.timer = self.clock.call_at(now + call.timeout, self._wait_expired, call)
-
-    def _arm_heartbeat(self) -> None:
-        due = self.link.ping_due_at()
-        if due is not None:
-            self._beat.set(due)
-
-    def _heartbeat(self) -> None:
-        due = self.link.ping_due_at()
-        if due is None or self._transport is None or self.ping_payload is None:
-            return
-        now = self.clock.time()
-        if now < due - 0.001:
-            self._beat.set(due)
-        elif self.window or self.queue.ready() or self.link.guard_until is not None:
-            # Not idle: the calls on the link prove (or disprove) liveness themselves.
-            self._beat.set(now + self.link.interval)
-        else:
-            self._send([self._ping(_ignore)])
-
-    def _ping(self, done: Callable[[CallResult], None]) -> Call:
-        timeout = self.cfg.heartbeat.timeout
-        ping = Call(None, self.ping_payload or b"", done, timeout=timeout, retry=0, is_ping=True)
-        ping.t_submit = time.perf_counter()
-        return ping
-
     # --- the link's life: attached by the supervisor, lost here -------------------------------
     @property
     def attached(self) -> LinkTransport | None:
@@ -479,52 +357,33 @@ class Session:
         transport.tap = self._wire
         self.codec.reset()
 
-    def handshake(self, done: Callable[[CallResult], None]) -> None:
-        """Send the handshake ping (or, with none configured, come up at once)."""
-        if self.ping_payload is None:
-            self._came_up()
-            done(_new_tuple(CallResult, (None, "ok", 0, b"", None, 0.0, self.link.generation)))
-            return
-
-        def answered(result: CallResult) -> None:
-            # Up at once, inside the reply's handling: an event right behind the reply
-            # (same read) then already belongs to the new generation.
-            if result.error is None and self.link.state is LinkState.CONNECTING:
-                self._came_up()
-            done(result)
-
-        self._send([self._ping(answered)])
-
-    def _came_up(self) -> None:
+    def came_up(self) -> None:
+        """The handshake was answered (or there is none): a new link session."""
         self.announce(self.link.opened(self.clock.time()))
-        self._arm_heartbeat()
-        self._pump()
-
-    def link_lost(self, reason: str) -> None:
-        """Transport callback: hang-up, EIO, write error."""
-        self._lose(reason)
+        self.timers.arm_heartbeat()
+        self.pump()
 
     def lose(self, reason: str) -> None:
-        """Drop the link now (a reconnect request, a failed handshake)."""
-        self._lose(reason)
-
-    def _lose(self, reason: str) -> None:
+        """The link is gone (hang-up, EIO, dead heartbeat, desync...) or to be dropped
+        (a reconnect, a failed handshake): one path for every cause."""
         if self.link.state not in (_UP, LinkState.CONNECTING):
             return
         self.drop_transport()
         transition = self.link.lost(self.clock.time(), reason)
         for call in self.take_inflight():
-            self._finish(call, ErrorCode.LINK_DOWN, f"link lost: {reason}")
-        self.fail_queued(ErrorCode.LINK_DOWN, f"link lost: {reason}", everyone=False)
+            self.finish(call, ErrorCode.LINK_DOWN, f"link lost: {reason}")
+        self.timers.fail_queued(ErrorCode.LINK_DOWN, f"link lost: {reason}", everyone=False)
         self.announce(transition)
         self.on_lost()
+
+    link_lost = lose  #: the transport's callback (hang-up, EIO, write error)
 
     def take_inflight(self) -> list[Call]:
         """Every call on the link or held for the guard, off it (their timers off)."""
         calls = self.window.drain()
-        if self._held is not None:
-            calls.append(self._held)
-            self._held = None
+        held = self.timers.take_held()
+        if held is not None:
+            calls.append(held)
         self._sweep.cancel()
         for call in calls:
             if call.timer is not None:
@@ -534,19 +393,14 @@ class Session:
 
     def inflight_calls(self) -> int:
         """Client calls still to be answered (on the link or held for the guard)."""
-        return self.window.calls() + (self._held is not None)
+        return self.window.calls() + self.timers.holding
 
     def drop_transport(self) -> None:
-        self._beat.cancel()
-        self._guard.cancel()
+        self.timers.stop()
         transport, self._transport = self._transport, None
         if transport is not None:
             self.stats.closed_transport(transport.bytes_tx, transport.bytes_rx)
             transport.close()
-
-    def finish_now(self, call: Call, code: ErrorCode, message: str) -> None:
-        """End a call taken off the link without an answer (verld stopping)."""
-        self._finish(call, code, message)
 
     def announce(self, transition: Transition) -> None:
         """Log a transition and tell the link listener."""
@@ -556,17 +410,12 @@ class Session:
 
     def status(self) -> dict[str, Any]:
         """The `status` reply's session part."""
-        now, link, t = self.clock.time(), self.link, self._transport
+        now, t = self.clock.time(), self._transport
         live = (0, 0) if t is None else (t.bytes_tx, t.bytes_rx)
-        st = self.stats.status(link, now=now, live=live, bad_frames=self.codec.bad_frames)
-        st["link"] = link_status(link, port=self.port, codec=self.cfg.device.codec, now=now,
-                                 started=self.started)  # fmt: skip
+        st = self.stats.status(self.link, now=now, live=live, bad_frames=self.codec.bad_frames)
+        st["link"] = link_status(self.link, self.port, self.cfg.device.codec, now, self.started)
         st["queue"], st["inflight"] = len(self.queue), len(self.window)
         return st
-
-
-def _ignore(_: CallResult) -> None:
-    return None
 
 
 def _nothing() -> None:

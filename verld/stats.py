@@ -94,7 +94,7 @@ class Stats:
         }
 
 
-def link_status(link: Link, *, port: str, codec: str, now: float, started: float) -> Any:
+def link_status(link: Link, port: str, codec: str, now: float, started: float) -> Any:
     """The `status.link` object; `since` in wall-clock time."""
     wall = time.time() - (now - link.since) if link.since else started
     return {

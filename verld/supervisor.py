@@ -55,20 +55,32 @@ class Supervisor:
             transport.close()
             return False
         s.attach(transport)
-        answer: asyncio.Future[CallResult] = loop.create_future()
-
-        def answered(result: CallResult) -> None:
-            if not answer.done():
-                answer.set_result(result)
-
-        s.handshake(answered)
-        result = await answer
+        result = await self._handshake()
         if s.attached is not transport:
             return False  # lost during the handshake; the session announced it
         if result.error is not None:
             s.lose(f"handshake failed: {result.message}")
             return False
         return True
+
+    async def _handshake(self) -> CallResult:
+        """Ping the device; up at once when it answers (or when there is no ping)."""
+        s = self.session
+        answer: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
+
+        def answered(result: CallResult) -> None:
+            # Up at once, inside the reply's handling: an event right behind the reply
+            # (same read) then already belongs to the new generation.
+            if result.error is None and s.link.state is LinkState.CONNECTING:
+                s.came_up()
+            if not answer.done():
+                answer.set_result(result)
+
+        if s.ping_payload is None:
+            s.came_up()
+            return CallResult(None, "ok", 0, b"", None, 0.0, s.link.generation)
+        s.send([s.timers.ping(answered)])
+        return await answer
 
     def request_reconnect(self, reason: str = "reconnect requested") -> None:
         """Drop the link now and reopen it (the admin `reconnect` op, a reload)."""
@@ -83,13 +95,13 @@ class Supervisor:
         """Stop: fail queued calls, let in-flight ones finish for up to `drain` s."""
         s, loop = self.session, asyncio.get_running_loop()
         s.closing = True
-        s.fail_queued(ErrorCode.SHUTTING_DOWN, "verld is shutting down", everyone=True)
+        s.timers.fail_queued(ErrorCode.SHUTTING_DOWN, "verld is shutting down", everyone=True)
         deadline = loop.time() + drain
         # Polled, only while stopping: a wake-up hook would cost every call's path.
         while s.inflight_calls() and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         for call in s.take_inflight():
-            s.finish_now(call, ErrorCode.SHUTTING_DOWN, "verld is shutting down")
+            s.finish(call, ErrorCode.SHUTTING_DOWN, "verld is shutting down")
         s.drop_transport()
         if s.link.state is not LinkState.CLOSED:
             s.announce(s.link.close(loop.time()))

@@ -28,6 +28,7 @@ from verld.client.messages import (
     parse_message,
     reply_from,
 )
+from verld.errors import ErrorCode
 
 _RECV_SIZE = 65536
 
@@ -131,7 +132,7 @@ class Client(Engine):
         try:
             chunk = sock.recv(_RECV_SIZE)
         except TimeoutError:
-            raise ClientError("timeout", "no answer from verld in time") from None
+            raise ClientError(ErrorCode.TIMEOUT, "no answer from verld in time") from None
         except OSError as exc:
             self.close()
             raise _lost(exc) from None

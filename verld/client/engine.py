@@ -14,6 +14,7 @@ from typing import Any, Self
 
 from verld.client.messages import RemoteFailure, Reply, default_socket
 from verld.config import DEFAULT_ACTIONS, actions_table, load_config
+from verld.errors import ErrorCode
 
 
 class Engine:
@@ -66,7 +67,9 @@ class Engine:
             return {"ok": True, "data": reply.data}
         if reply.status == 0xFF:
             raise RemoteFailure(
-                "remote_failure", "remote execution failed (status 0xff)", {"data": reply.data}
+                ErrorCode.REMOTE_FAILURE,
+                "remote execution failed (status 0xff)",
+                {"data": reply.data},
             )
         return {"ok": False, "code": reply.status, "data": reply.data}
 

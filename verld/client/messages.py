@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verld import wire
+from verld.errors import VerldError
 
 DEFAULT_SOCKET = "/run/verld/verld.sock"
 #: the largest reply a client accepts: anything the 4-byte length can announce (the
@@ -21,7 +22,7 @@ DEFAULT_SOCKET = "/run/verld/verld.sock"
 MAX_REPLY = 0xFFFF_FFFF
 
 
-class ClientError(Exception):
+class ClientError(VerldError):
     """An error reply from verld (`code` is one of the API's error codes)."""
 
     def __init__(self, code: str, message: str, reply: Mapping[str, Any] | None = None) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from verld.config.suggest import unknown_key
-from verld.errors import ConfigError
+from verld.errors import ConfigError, VerldError
 
 
 class MarkedMap(dict[Any, Any]):
@@ -43,7 +43,7 @@ class MarkedSeq(list[Any]):
         self.nodes: list[yaml.Node] = list(node.value)
 
 
-class BadValue(Exception):
+class BadValue(VerldError):
     """One value is wrong; the message says what was expected and what was given."""
 
 

@@ -8,24 +8,26 @@ the API's, docs/protocol.md.
 
 from __future__ import annotations
 
-EXIT_CODES = {
-    "bad_request": 2,
-    "unknown_op": 2,
-    "too_large": 2,
-    "usage": 2,
-    "unreachable": 3,
-    "shutting_down": 3,
-    "timeout": 4,
-    "link_down": 4,
-    "forbidden": 5,
-    "busy": 6,
-    "remote_failure": 1,
-    "device_error": 1,
+from verld.errors import ErrorCode, VerldError
+
+EXIT_CODES: dict[str, int] = {
+    ErrorCode.BAD_REQUEST: 2,
+    ErrorCode.UNKNOWN_OP: 2,
+    ErrorCode.TOO_LARGE: 2,
+    "usage": 2,  # verlctl's own: a command-line mistake
+    "unreachable": 3,  # verlctl's own: no daemon on the socket
+    ErrorCode.SHUTTING_DOWN: 3,
+    ErrorCode.TIMEOUT: 4,
+    ErrorCode.LINK_DOWN: 4,
+    ErrorCode.FORBIDDEN: 5,
+    ErrorCode.BUSY: 6,
+    ErrorCode.REMOTE_FAILURE: 1,
+    ErrorCode.DEVICE_ERROR: 1,
 }
 USAGE = 2  #: the exit code of a command-line mistake
 
 
-class Usage(Exception):
+class Usage(VerldError):
     """A command-line mistake: exit 2."""
 
 

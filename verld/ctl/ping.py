@@ -12,6 +12,7 @@ from typing import Any
 from verld.client import Client, ClientError, Unreachable
 from verld.ctl.codes import EXIT_CODES
 from verld.ctl.render import emit, reply_obj
+from verld.errors import ErrorCode
 
 
 @dataclass
@@ -40,7 +41,7 @@ class PingStats:
         """0 if every ping was answered, else the exit code of the last error (timeout: 4)."""
         if self.lost == 0:
             return 0
-        return EXIT_CODES.get(self.failed_code or "timeout", 4)
+        return EXIT_CODES.get(self.failed_code or ErrorCode.TIMEOUT, 4)
 
 
 def cmd_ping(c: Client, args: argparse.Namespace) -> int:

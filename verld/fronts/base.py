@@ -146,10 +146,12 @@ class Core:
 
     # --- figures ----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """The session's status and the fronts' call counts."""
-        st = self.session.status()
-        st["fronts"] = {name: dict(c.outcomes) for name, c in sorted(self.fronts.items())}
-        return st
+        """The session's part of `status`."""
+        return self.session.status()
+
+    def front_calls(self) -> dict[str, dict[str, int]]:
+        """Each front's calls by outcome (`verld_front_calls_total{front,outcome}`)."""
+        return {name: dict(c.outcomes) for name, c in sorted(self.fronts.items())}
 
 
 def _fan(taps: list[Any]) -> Any:

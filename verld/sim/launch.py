@@ -28,11 +28,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from verld.errors import ServeError
+
 READY = "READY"  #: the first word of the line verld-sim prints once it serves
 READY_TIMEOUT = 15.0  #: seconds `SimChild.start` waits for the READY line
 
 
-class SimError(Exception):
+class SimError(ServeError):
     """verld-sim did not start (no READY line, a malformed one, or it exited)."""
 
 

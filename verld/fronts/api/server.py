@@ -207,4 +207,6 @@ class ApiServer:
         return st
 
     def metrics_text(self) -> str:
-        return prometheus_text(self.status(), self.core.session.stats.latency)
+        return prometheus_text(
+            self.status(), self.core.session.stats.latency, self.core.front_calls()
+        )

@@ -1,0 +1,150 @@
+"""The session's logic with no event loop: a `ManualClock` and a transport that records.
+
+The session reads time only from its `clock` parameter and does no I/O of its own,
+so these tests drive it by hand: what it writes is decoded as a verl device would
+(`Wire`), the device's answers go in through `Session.link_data`, and time moves
+only by `clock.advance`. The supervisor's part (attempt, attach, handshake) is
+done here in three lines, as `connect`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verld.calls import Call, CallResult
+from verld.codec.select import make_codec
+from verld.codec.verl import FrameDecoder, VerlFrame, encode_frame
+from verld.config import parse_config
+from verld.link import LinkState, Transition
+from verld.session import Session
+from verld.testing import ManualClock
+
+REQUEST, REPLY = 0x11, 0x12
+CONFIG = """
+device: {port: /dev/fake, timeout: 1.0, retry: 0, window: 8}
+heartbeat: {interval: 2.0, misses: 3, timeout: 0.5}
+reconnect: {initial: 0.1, max: 2.0}
+"""
+
+
+class Wire:
+    """A LinkTransport that keeps the requests the session wrote, decoded."""
+
+    def __init__(self) -> None:
+        self.tap: Any = None
+        self.bytes_tx = self.bytes_rx = 0
+        self.closed = False
+        self.requests: list[VerlFrame] = []
+        self._decoder = FrameDecoder(4096, frozenset({REQUEST}))
+
+    def write(self, data: bytes) -> None:
+        self.bytes_tx += len(data)
+        self.requests.extend(self._decoder.feed(data))
+
+    def poll(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Rig:
+    """A session on a manual clock, its wire, and what it announced."""
+
+    def __init__(self, config: str = CONFIG) -> None:
+        self.clock = ManualClock()
+        cfg = parse_config(config)
+        self.transitions: list[Transition] = []
+        self.lost = 0
+        self.session = Session(
+            cfg, make_codec(cfg), "/dev/fake", clock=self.clock,
+            on_event=lambda *_: None, on_link=self.transitions.append,
+        )  # fmt: skip
+        self.session.on_lost = self._on_lost
+        self.wire = Wire()
+
+    def _on_lost(self) -> None:
+        self.lost += 1
+
+    def connect(self) -> None:
+        """What the supervisor does: attempt, attach, handshake ping, answered."""
+        s = self.session
+        s.announce(s.link.attempt(self.clock.time()))
+        s.attach(self.wire)
+        s.send([s.timers.ping(lambda r: s.came_up() if r.error is None else None)])
+        self.answer()
+
+    def answer(self, *, skip: int = 0) -> None:
+        """The device answers every request not answered yet (after `skip` of them)."""
+        pending, self.wire.requests = self.wire.requests[skip:], []
+        for frame in pending:
+            self.session.link_data(encode_frame(REPLY, frame.seq, b"\x00" + frame.payload[1:]))
+
+    def call(self, payload: bytes, **kw: Any) -> list[CallResult]:
+        results: list[CallResult] = []
+        kw.setdefault("timeout", 1.0)
+        kw.setdefault("retry", 0)
+        self.session.submit(Call("me", payload, results.append, **kw))
+        return results
+
+
+class TestWithoutAnEventLoop:
+    def test_handshake_brings_the_link_up_in_generation_one(self) -> None:
+        """An answered handshake ping is `up`, generation 1, with no loop running."""
+        rig = Rig()
+        rig.connect()
+        assert [t.state for t in rig.transitions] == [LinkState.CONNECTING, LinkState.UP]
+        assert rig.session.link.generation == 1
+
+    def test_a_call_is_written_and_answered(self) -> None:
+        """A call goes out as one request and ends with the device's data."""
+        rig = Rig()
+        rig.connect()
+        results = rig.call(b"\x01abc")
+        assert [f.payload for f in rig.wire.requests] == [b"\x01abc"]
+        rig.answer()
+        assert [(r.error, r.data, r.generation) for r in results] == [(None, b"abc", 1)]
+
+    def test_a_retry_goes_out_at_the_deadline_with_the_same_seq(self) -> None:
+        """No answer within `timeout`: the same frame again, at exactly that time."""
+        rig = Rig()
+        rig.connect()
+        results = rig.call(b"\x01x", retry=1)
+        first = rig.wire.requests[0]
+        rig.clock.advance(0.999)
+        assert len(rig.wire.requests) == 1
+        rig.clock.advance(0.002)
+        assert [f.seq for f in rig.wire.requests] == [first.seq, first.seq]
+        rig.answer(skip=1)
+        assert results[0].error is None and rig.session.counters.retries == 1
+
+    def test_a_late_reply_after_the_timeout_is_stale(self) -> None:
+        """A reply to a call that already timed out is counted stale, delivered to nobody."""
+        rig = Rig()
+        rig.connect()
+        results = rig.call(b"\x01x")
+        rig.clock.advance(1.0)
+        assert [r.error for r in results] == ["timeout"]
+        rig.answer()
+        assert len(results) == 1 and rig.session.counters.stale == 1
+
+    def test_an_idle_link_is_pinged_and_declared_dead_after_misses(self) -> None:
+        """Idle for `interval`, then `misses` unanswered pings: down, and the supervisor told."""
+        rig = Rig()
+        rig.connect()
+        rig.wire.requests.clear()
+        rig.clock.advance(2.0)
+        assert [f.payload for f in rig.wire.requests] == [b""]  # the heartbeat ping
+        rig.clock.advance(3 * 0.5)
+        assert rig.session.link.state is LinkState.DOWN
+        assert rig.lost == 1 and rig.wire.closed
+        assert rig.transitions[-1].reason == "device not answering (3 timeouts in a row)"
+
+    def test_losing_the_link_leaves_no_timer_behind(self) -> None:
+        """After a hang-up with calls on the link, no timer of the session is still set."""
+        rig = Rig()
+        rig.connect()
+        results = rig.call(b"\x01x", timeout=5.0)
+        rig.session.link_lost("hangup")
+        assert [r.error for r in results] == ["link_down"]
+        assert rig.clock.pending() == 0

@@ -1,0 +1,184 @@
+"""What happens because time passed: deadlines, retries, the quiet guard, waits, pings.
+
+Strategy: the session's per-call path never looks at a clock beyond stamping
+deadlines; this module owns every timer of the session (three `Alarm`s and the
+wait timers of calls that asked to wait) and acts when one rings:
+- the **sweep** rings at the earliest deadline on the link and times out every try
+  that ran out; what each timeout calls for (fail, resend, quiet guard, reconnect,
+  dead link) is the link state machine's policy (`Link.timed_out`);
+- the **guard** (codecs without seqs, serial) rings once the line has been quiet
+  for `device.guard`, then sends the held retry or the next calls;
+- the **heartbeat** pings an idle link `heartbeat.interval` after its last traffic;
+- a **waiting call** (`wait: true`) fails after its timeout if it is still queued.
+It acts only through the session's public surface (`finish`, `resend`, `send`,
+`pump`, `lose`) and reads the session's link, window and queue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from verld.alarm import Alarm
+from verld.calls import Call, CallResult
+from verld.errors import ErrorCode
+from verld.link import AfterTimeout, LinkState
+from verld.window import EPSILON
+
+if TYPE_CHECKING:
+    from verld.session import Session
+
+
+class Timekeeper:
+    """The timers of one session."""
+
+    def __init__(self, session: Session) -> None:
+        self.s = session
+        clock = session.clock
+        self.clock = clock
+        #: the one timeout timer, set for the earliest deadline on the link
+        self.sweep = Alarm(clock, self._swept)
+        self._beat = Alarm(clock, self._heartbeat)
+        self._guard = Alarm(clock, self._guard_over)
+        self._held: Call | None = None  #: a retry waiting for the guard to end
+
+    def stop(self) -> None:
+        """The link went away: no heartbeat, no guard (deadlines end with their calls)."""
+        self._beat.cancel()
+        self._guard.cancel()
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def take_held(self) -> Call | None:
+        """The retry held for the guard, if any (taken: the link is being emptied)."""
+        held, self._held = self._held, None
+        return held
+
+    # --- deadlines ---------------------------------------------------------------------
+    def _swept(self) -> None:
+        """The earliest deadline came: time out every try whose deadline passed."""
+        now, window = self.clock.time(), self.s.window
+        for call in window.expired(now):
+            # an earlier timeout may have resent it (new deadline) or dropped the link
+            if window.holds(call) and call.deadline <= now + EPSILON:
+                self._timed_out(call)
+        if window:  # a retry above may have set it for a later deadline than these
+            # not before 1 ms from now: a clock that rang early cannot make a busy loop
+            self.sweep.set_earlier(max(window.earliest(), now + 0.001))
+
+    def _timed_out(self, call: Call) -> None:
+        """A try's deadline passed: fail or retry it as the link's policy says."""
+        s = self.s
+        s.window.remove(call)
+        s.counters.timeouts += 1
+        after = s.link.timed_out(self.clock.time(), seqs=s.codec.pipelined, tcp=s.tcp)
+        retry = call.tries <= call.retry and not call.is_ping
+        if not retry or after is AfterTimeout.FAIL or after is AfterTimeout.DEAD:
+            s.finish(call, ErrorCode.TIMEOUT, f"no answer within {call.timeout:g} s")
+        if after is AfterTimeout.DEAD:
+            s.lose(f"device not answering ({s.link.consecutive_timeouts} timeouts in a row)")
+        elif after is AfterTimeout.RECONNECT:
+            if retry:  # at the head of the queue, waiting for the next connection
+                s.counters.retries += 1
+                call.wait = True
+                s.queue.push(call, front=True)
+            s.lose("no answer on a tcp link without seqs: reconnecting")
+        elif after is not AfterTimeout.FAIL:
+            if after is AfterTimeout.RESEND and retry:
+                s.resend(call)
+            elif after is AfterTimeout.GUARD:
+                self._held = call if retry else None
+                self._guard.set(s.link.guard_until or 0.0)
+            if call.is_ping:
+                self.arm_heartbeat()
+            if not retry:
+                s.pump()
+
+    def shorten(self, calls: list[Call], limit: float) -> None:
+        """Calls nobody waits for any more (their client left) run out within `limit`
+        and are not retried: without seqs they must run out, not hold the device."""
+        latest = self.clock.time() + limit
+        for call in calls:
+            if call.timeout > limit:
+                call.retry = 0
+                if call.deadline > latest:
+                    call.deadline = latest
+                    self.sweep.set_earlier(latest)
+
+    def _guard_over(self) -> None:
+        s, link = self.s, self.s.link
+        if link.guard_until is None:
+            return
+        if not link.guard_over(self.clock.time()):
+            self._guard.set(link.guard_until)  # bytes came meanwhile: quiet from then on
+            return
+        s.codec.reset()
+        held, self._held = self._held, None
+        if held is not None and s.attached is not None:
+            s.resend(held)
+        else:
+            s.pump()
+        self.arm_heartbeat()
+
+    # --- calls waiting for the link or a lease ---------------------------------------------
+    def wait(self, call: Call) -> None:
+        """A queued call that asked to wait: it fails after its timeout if still queued."""
+        call.timer = self.clock.call_at(self.clock.time() + call.timeout, self._waited, call)
+
+    def _waited(self, call: Call) -> None:
+        s = self.s
+        if not call.queued:
+            return
+        s.queue.remove(call)
+        if s.link.state is LinkState.UP and s.queue.exclusive is not None:
+            s.finish(call, ErrorCode.BUSY, f"the device stayed leased for {call.timeout:g} s")
+        else:
+            state = s.link.state.value
+            s.finish(call, ErrorCode.LINK_DOWN, f"link still {state} after {call.timeout:g} s")
+
+    def fail_queued(self, code: ErrorCode, message: str, *, everyone: bool) -> None:
+        """Fail queued calls (all of them, or those that did not ask to wait)."""
+        queue = self.s.queue
+        for call in queue:
+            if everyone or not call.wait:
+                queue.remove(call)
+                if call.timer is not None:
+                    call.timer.cancel()
+                self.s.finish(call, code, message)
+            elif call.timer is None:
+                self.wait(call)
+
+    # --- the heartbeat ---------------------------------------------------------------------
+    def arm_heartbeat(self) -> None:
+        due = self.s.link.ping_due_at()
+        if due is not None:
+            self._beat.set(due)
+
+    def _heartbeat(self) -> None:
+        s = self.s
+        due = s.link.ping_due_at()
+        if due is None or s.attached is None or s.ping_payload is None:
+            return
+        now = self.clock.time()
+        if now < due - 0.001:
+            self._beat.set(due)
+        elif s.window or s.queue.ready() or s.link.guard_until is not None:
+            # Not idle: the calls on the link prove (or disprove) liveness themselves.
+            self._beat.set(now + s.link.interval)
+        else:
+            s.send([self.ping(_ignore)])
+
+    def ping(self, done: Callable[[CallResult], None]) -> Call:
+        """A heartbeat (or handshake) ping ending in `done`."""
+        s = self.s
+        timeout = s.cfg.heartbeat.timeout
+        ping = Call(None, s.ping_payload or b"", done, timeout=timeout, retry=0, is_ping=True)
+        ping.t_submit = time.perf_counter()
+        return ping
+
+
+def _ignore(_: CallResult) -> None:
+    return None
