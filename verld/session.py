@@ -126,11 +126,15 @@ class Session:
         if self._debug:
             log.debug("call_received", client=call.owner, request_id=call.req_id,
                       bytes=len(call.payload))  # fmt: skip
-        refused = self._refusal(call)
+        queue, link = self.queue, self.link
+        if self.closing or link.state is not _UP or queue.exclusive is not None:
+            refused = self._refusal(call)  # the rarer cases, one by one
+        else:
+            full = queue.admit(call)
+            refused = None if full is None else (ErrorCode.BUSY, full)
         if refused is not None:
             self.finish(call, *refused)
             return
-        queue = self.queue
         if not queue.waiting and queue.exclusive is None and self._sendable():
             self.send([call])  # what _pump would do, without the trip through the queue
             return

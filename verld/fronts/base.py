@@ -34,17 +34,14 @@ class Listener(Protocol):
 
 
 class FrontCounts:
-    """One front's calls by outcome ("ok" or the error code)."""
+    """One front's calls by outcome ("ok" or the error code): its `done` callbacks
+    add to `outcomes` (a dict, so the per-call path costs one update)."""
 
     __slots__ = ("name", "outcomes")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.outcomes: dict[str, int] = {}
-
-    def count(self, result: CallResult) -> None:
-        outcome = result.error or "ok"
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
 
 class Core:
@@ -74,6 +71,9 @@ class Core:
             rng=rng,
         )
         self.supervisor = Supervisor(self.session, opener)
+        #: submit(call): the call joins the fair queue; its `done` runs exactly once
+        #: (maybe before this returns). The session's own method: no layer per call.
+        self.submit: Callable[[Call], None] = self.session.submit
 
     def front(self, name: str) -> FrontCounts:
         """The counts of front `name` (made on first use)."""
@@ -83,7 +83,7 @@ class Core:
         return counts
 
     # --- calls ----------------------------------------------------------------------
-    def submit(
+    def make_call(
         self,
         owner: Hashable,
         payload: bytes,
@@ -93,20 +93,13 @@ class Core:
         retry: int | None = None,
         wait: bool = False,
         req_id: object = None,
-    ) -> None:
-        """One call for `owner`; `done` runs exactly once. Defaults from `device`."""
+    ) -> Call:
+        """A call for `owner` with `device.timeout`/`device.retry` where not given;
+        hand it to `submit`, and `done` runs exactly once."""
         dev = self.cfg.device
-        self.session.submit(
-            Call(
-                owner,
-                payload,
-                done,
-                timeout=timeout or dev.timeout,
-                retry=dev.retry if retry is None else retry,
-                wait=wait,
-                req_id=req_id,
-            )
-        )
+        retry = dev.retry if retry is None else retry
+        return Call(owner, payload, done, timeout=timeout or dev.timeout, retry=retry,
+                    wait=wait, req_id=req_id)  # fmt: skip
 
     def forget(self, owner: Hashable) -> None:
         """The owner went away: its waiting calls are dropped, its calls on the link

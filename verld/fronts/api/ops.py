@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from verld import API_VERSION, __version__, wire
-from verld.calls import CallResult
+from verld.calls import Call, CallResult
 from verld.config import Config
 from verld.errors import ApiError, ErrorCode
 from verld.fronts.api.conn import ClientConn
@@ -61,10 +61,11 @@ def call(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
             f"data of {len(payload)} bytes exceeds max_payload ({dev.max_payload})",
             req.id,
         )
-    req_id, text_codec, count = req.id, dev.codec == "line", api.counts.count
+    req_id, text_codec, outcomes = req.id, dev.codec == "line", api.counts.outcomes
 
     def done(result: CallResult) -> None:
-        count(result)
+        outcome = result.error or "ok"
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if conn.closed:
             return
         if result.error is None and not text_codec:
@@ -72,7 +73,10 @@ def call(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
         else:
             conn.write(wire.encode(wire.call_reply(req_id, result, text=text_codec)))
 
-    api.core.submit(conn, payload, done, timeout=timeout, retry=retry, wait=wait, req_id=req_id)
+    api.core.submit(
+        Call(conn, payload, done, timeout=timeout or dev.timeout,
+             retry=dev.retry if retry is None else retry, wait=wait, req_id=req_id)
+    )  # fmt: skip
 
 
 def status(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
