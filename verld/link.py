@@ -28,6 +28,7 @@ class LinkState(enum.Enum):
     DOWN = "down"  #: not open; waiting for the next attempt
     CONNECTING = "connecting"  #: opening the port and doing the handshake ping
     UP = "up"  #: open and answered the handshake: calls flow
+    INHIBITED = "inhibited"  #: let go of for another program: closed, no reconnect
     CLOSED = "closed"  #: shut down for good (daemon stopping)
 
 
@@ -52,10 +53,11 @@ class AfterTimeout(enum.Enum):
 
 # Which events each state accepts; anything else is a programming error.
 _ALLOWED: dict[str, frozenset[LinkState]] = {
-    "attempt": frozenset({LinkState.DOWN}),
+    "attempt": frozenset({LinkState.DOWN, LinkState.INHIBITED}),
+    "inhibit": frozenset({LinkState.DOWN, LinkState.CONNECTING, LinkState.UP}),
     "opened": frozenset({LinkState.CONNECTING}),
     "lost": frozenset({LinkState.CONNECTING, LinkState.UP}),
-    "close": frozenset({LinkState.DOWN, LinkState.CONNECTING, LinkState.UP}),
+    "close": frozenset({LinkState.DOWN, LinkState.CONNECTING, LinkState.UP, LinkState.INHIBITED}),
 }
 
 
@@ -138,6 +140,18 @@ class Link:
         self.next_attempt = now + max(delay, min(self.initial, self.maximum) * 0.5)
         self._delay = min(self._delay * 2, self.maximum)
         return self._enter(LinkState.DOWN, reason, now)
+
+    def inhibit(self, now: float, reason: str) -> Transition:
+        """The port was let go of for another program (closed); no attempts until
+        `release`. The next `attempt` (at once) opens a new link session."""
+        self._check("inhibit")
+        return self._enter(LinkState.INHIBITED, reason, now)
+
+    def release(self) -> None:
+        """The inhibition ended: the next attempt is due at once, with a fresh backoff."""
+        self.next_attempt = 0.0
+        self._delay = self.initial
+        self.reason = "inhibit ended"
 
     def close(self, now: float) -> Transition:
         """Shut down for good."""

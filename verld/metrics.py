@@ -120,12 +120,16 @@ def prometheus_text(
          st.get("link_up_seconds", 0.0)),
         ("verld_uptime_seconds", "Seconds since verld started.", st.get("uptime", 0.0)),
         ("verld_clients", "Clients connected.", st.get("clients", 0)),
+        ("verld_inhibited", "1 while the port is let go of for another program.",
+         int(st.get("inhibit") is not None)),
         ("verld_queue_depth", "Calls waiting for the link.", st["queue"]),
         ("verld_inflight", "Requests on the link awaiting a reply.", st.get("inflight", 0)),
     )  # fmt: skip
     for name, help_text, value in gauges:
         _metric(lines, name, "gauge", help_text)
         lines.append(f"{name} {value}")
+    _metric(lines, "verld_inhibits_total", "counter", "Times the port was let go of (inhibit).")
+    lines.append(f"verld_inhibits_total {st.get('inhibits', 0)}")
     _metric(lines, "verld_events_dropped_total", "counter", "Events dropped for slow subscribers.")
     lines.append(f"verld_events_dropped_total {st.get('events_dropped', 0)}")
     _metric(lines, "verld_call_latency_seconds", "histogram", "Call latency, receipt to reply.")

@@ -79,6 +79,8 @@ class Session:
         self.timers = Timekeeper(self)
         self._sweep = self.timers.sweep
         self.closing = False
+        #: while set (an `inhibit`): why calls are refused busy; nothing more goes out
+        self.inhibited_by: str | None = None
         self._holds = 0
         self._pump_wanted = False
         self._polled = False  #: the device was polled in this loop turn
@@ -127,7 +129,8 @@ class Session:
             log.debug("call_received", client=call.owner, request_id=call.req_id,
                       bytes=len(call.payload))  # fmt: skip
         queue, link = self.queue, self.link
-        if self.closing or link.state is not _UP or queue.exclusive is not None:
+        if (self.closing or self.inhibited_by is not None or link.state is not _UP
+                or queue.exclusive is not None):  # fmt: skip
             refused = self._refusal(call)  # the rarer cases, one by one
         else:
             full = queue.admit(call)
@@ -142,7 +145,8 @@ class Session:
         if self._debug:
             log.debug("call_queued", client=call.owner, request_id=call.req_id, queue=len(queue))
         excl = queue.exclusive
-        if self.link.state is not _UP or (excl is not None and call.owner is not excl):
+        held = excl is not None and call.owner is not excl
+        if self.link.state is not _UP or self.inhibited_by is not None or held:
             self.timers.wait(call)
         elif self.window.room() > 0:  # full: the next reply pumps
             self.pump()
@@ -158,6 +162,8 @@ class Session:
         """Why a call ends at once (error code, message), or None: it is admitted."""
         if self.closing:
             return ErrorCode.SHUTTING_DOWN, "verld is shutting down"
+        if self.inhibited_by is not None and not call.wait:
+            return ErrorCode.BUSY, self.inhibited_by
         link = self.link
         if link.state is not _UP and not call.wait:
             return ErrorCode.LINK_DOWN, f"link is {link.state.value}: {link.reason}"
@@ -206,7 +212,8 @@ class Session:
         """Calls may go out now: up, no guard, a transport, room, not held."""
         link = self.link
         return (link.state is _UP and link.guard_until is None and not self._holds
-                and self._transport is not None and self.window.room() > 0)  # fmt: skip
+                and self._transport is not None and self.window.room() > 0
+                and self.inhibited_by is None)  # fmt: skip
 
     def pump(self) -> None:
         """Move calls from the queue onto the link while the window has room."""

@@ -30,12 +30,16 @@ class Supervisor:
         self.session = session
         self._open = opener
         self._wake: asyncio.Future[None] | None = None
+        self._opening = False  #: an open is under way (a TCP connect may take a while)
         session.on_lost = self._wakeup
 
     async def run(self) -> None:
         """Until `close`: connect whenever the link is down and an attempt is due."""
         s, loop = self.session, asyncio.get_running_loop()
         while not s.closing:
+            if s.inhibited_by is not None:
+                await self._sleep(None)  # the port belongs to another program: hands off
+                continue
             delay = s.link.retry_in(loop.time())
             if delay > 0:
                 await self._sleep(delay)
@@ -46,13 +50,16 @@ class Supervisor:
 
     async def _connect(self) -> bool:
         s, loop = self.session, asyncio.get_running_loop()
+        self._opening = True
         try:
             transport = await self._open(s.cfg.device, s.port, s, s.cfg.device.timeout)
         except OpenError as exc:
             s.announce(s.link.lost(loop.time(), f"open failed: {exc}"))
             return False
-        if s.closing:
-            transport.close()
+        finally:
+            self._opening = False
+        if s.closing or s.inhibited_by is not None:
+            transport.close()  # (inhibit() waits for this open, then says `inhibited`)
             return False
         s.attach(transport)
         result = await self._handshake()
@@ -91,15 +98,50 @@ class Supervisor:
             s.link.next_attempt = 0.0
             self._wakeup()
 
+    def inhibit(self, reason: str) -> None:
+        """Start letting go of the port for another program ("inhibited by pid N"):
+        from now on new calls are refused `busy` with `reason` (or wait), queued ones
+        fail so, and nothing more goes out. `let_go` finishes the job."""
+        s = self.session
+        s.inhibited_by = reason
+        s.timers.fail_queued(ErrorCode.BUSY, reason, everyone=False)
+
+    async def let_go(self, reason: str) -> None:
+        """The calls on the link finish, or fail `link_down` after `device.timeout`;
+        then the port is closed and the link `inhibited` until `release`."""
+        s, loop = self.session, asyncio.get_running_loop()
+        await self._settle(loop.time() + s.cfg.device.timeout)
+        if s.inhibited_by != reason or s.closing:
+            return  # released (its holder went away) or stopping meanwhile: hands off
+        for call in s.take_inflight():
+            s.finish(call, ErrorCode.LINK_DOWN, f"link {reason}")
+        s.drop_transport()
+        s.announce(s.link.inhibit(loop.time(), reason))
+        self._wakeup()
+
+    def release(self) -> None:
+        """End an inhibition: the port is reopened (flush, handshake) at once."""
+        s = self.session
+        if s.inhibited_by is None:
+            return
+        s.inhibited_by = None
+        s.link.release()
+        s.pump()  # released before the port was let go of: the queue moves again
+        self._wakeup()
+
+    async def _settle(self, deadline: float) -> None:
+        """Until no client call is on the link and no open is under way, or `deadline`."""
+        loop = asyncio.get_running_loop()
+        # Polled, only while stopping or inhibiting: a hook would cost every call's path.
+        while (self.session.inflight_calls() or self._opening) and loop.time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
     async def close(self, drain: float) -> None:
         """Stop: fail queued calls, let in-flight ones finish for up to `drain` s."""
         s, loop = self.session, asyncio.get_running_loop()
         s.closing = True
         s.timers.fail_queued(ErrorCode.SHUTTING_DOWN, "verld is shutting down", everyone=True)
-        deadline = loop.time() + drain
-        # Polled, only while stopping: a wake-up hook would cost every call's path.
-        while s.inflight_calls() and loop.time() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        await self._settle(loop.time() + drain)
         for call in s.take_inflight():
             s.finish(call, ErrorCode.SHUTTING_DOWN, "verld is shutting down")
         s.drop_transport()

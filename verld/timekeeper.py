@@ -133,7 +133,9 @@ class Timekeeper:
         if not call.queued:
             return
         s.queue.remove(call)
-        if s.link.state is LinkState.UP and s.queue.exclusive is not None:
+        if s.inhibited_by is not None:
+            s.finish(call, ErrorCode.BUSY, f"{s.inhibited_by} for {call.timeout:g} s")
+        elif s.link.state is LinkState.UP and s.queue.exclusive is not None:
             s.finish(call, ErrorCode.BUSY, f"the device stayed leased for {call.timeout:g} s")
         else:
             state = s.link.state.value
@@ -160,7 +162,7 @@ class Timekeeper:
     def _heartbeat(self) -> None:
         s = self.s
         due = s.link.ping_due_at()
-        if due is None or s.attached is None or s.ping_payload is None:
+        if due is None or s.attached is None or s.ping_payload is None or s.inhibited_by:
             return
         now = self.clock.time()
         if now < due - 0.001:

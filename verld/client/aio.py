@@ -134,6 +134,13 @@ class AsyncClient(Engine):
     async def status(self) -> dict[str, Any]:
         return await self.request("status")
 
+    async def inhibit(self) -> str:
+        """Have verld let go of the device port (admin); see `Client.inhibit`."""
+        return str((await self.request("inhibit"))["port"])
+
+    async def uninhibit(self) -> None:
+        await self.request("uninhibit")
+
     async def call(
         self,
         data: bytes | str,

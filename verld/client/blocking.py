@@ -168,6 +168,15 @@ class Client(Engine):
     def status(self) -> dict[str, Any]:
         return self.request("status")
 
+    def inhibit(self) -> str:
+        """Have verld let go of the device port (admin); its path, once closed. It stays
+        closed while this connection is open, until `uninhibit`."""
+        return str(self.request("inhibit")["port"])
+
+    def uninhibit(self) -> None:
+        """End an inhibition (any admin's; a no-op when there is none)."""
+        self.request("uninhibit")
+
     def call(
         self,
         data: bytes | str,

@@ -116,6 +116,18 @@ SPEC: dict[str, Cmd] = {
     "metrics": Cmd("Prometheus text exposition"),
     "reconnect": Cmd("drop and reopen the device link (admin)"),
     "reload": Cmd("re-read the daemon's config (admin)"),
+    "inhibit": Cmd(
+        "let go of the device port for another program, e.g. a flasher (admin)",
+        options=(
+            opt(
+                "command_argv",
+                nargs="*",
+                metavar="-- COMMAND ARG",
+                help="run COMMAND ({port} in ARGs is the port, $VERLD_PORT too), then give "
+                "the port back and exit with its status; without: hold until Ctrl-C",
+            ),
+        ),
+    ),
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from verld import journal
 from verld.client import Client
 from verld.ctl.codes import Usage
+from verld.ctl.inhibit import cmd_inhibit
 from verld.ctl.ping import cmd_ping
 from verld.ctl.render import (
     emit,
@@ -169,4 +170,5 @@ COMMANDS: dict[str, Command] = {
     "metrics": cmd_metrics,
     "reconnect": cmd_simple("reconnect"),
     "reload": cmd_simple("reload"),
+    "inhibit": cmd_inhibit,
 }

@@ -97,6 +97,16 @@ def _call_rows(c: dict[str, Any], lat: dict[str, Any]) -> Rows:
     ]
 
 
+def _inhibit_row(inhibit: dict[str, Any] | None) -> str:
+    """Who holds the port and since when (verld has let go of it), or none."""
+    if not inhibit:
+        return "none"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(inhibit["since"]))
+    who = f"pid {inhibit['pid']} uid {inhibit['uid']}"
+    name = f" ({safe(inhibit['client'])})" if inhibit.get("client") else ""
+    return f"{who}{name} since {since}"
+
+
 def render_status(st: dict[str, Any]) -> str:
     """The `status` table."""
     c = st["counters"]
@@ -107,6 +117,7 @@ def render_status(st: dict[str, Any]) -> str:
         ("pings", str(c["pings"])),
         ("reconnects", str(c["reconnects"])),
         ("lease", "none" if not st.get("lease") else json.dumps(st["lease"])),
+        ("inhibit", _inhibit_row(st.get("inhibit"))),
     ]
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
 

@@ -12,7 +12,7 @@ each front's calls are counted by outcome (`verld_front_calls_total{front,outcom
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Coroutine, Hashable
 from typing import Any, Protocol
 
 from verld.alarm import Clock
@@ -60,6 +60,7 @@ class Core:
         self.cfg = cfg
         self.listeners: list[Listener] = []
         self.fronts: dict[str, FrontCounts] = {}
+        self.inhibits = 0  #: inhibitions so far (verld_inhibits_total)
         self._taps: dict[object, tuple[TrafficTap | None, WireTap | None]] = {}
         self.session = Session(
             cfg,
@@ -119,6 +120,26 @@ class Core:
 
     def request_reconnect(self, reason: str) -> None:
         self.supervisor.request_reconnect(reason)
+
+    def inhibit(self, reason: str) -> Coroutine[Any, Any, str]:
+        """Let go of the device port for another program: calls stop going out now;
+        the coroutine returned ends, with the port's path, once it is closed."""
+        self.inhibits += 1
+        self.supervisor.inhibit(reason)
+        return self._let_go(reason)
+
+    async def _let_go(self, reason: str) -> str:
+        await self.supervisor.let_go(reason)
+        return self.session.port
+
+    def release(self) -> None:
+        """End an inhibition: the port reopens (a no-op when not inhibited)."""
+        self.supervisor.release()
+
+    @property
+    def inhibited(self) -> bool:
+        """An inhibition is in force (or letting go of the port is under way)."""
+        return self.session.inhibited_by is not None
 
     # --- what the device says -----------------------------------------------------------
     def device_event(self, data: bytes, text: str | None, generation: int) -> None:

@@ -17,6 +17,7 @@ from verld.config import Config
 from verld.errors import ApiError, ErrorCode
 from verld.fronts.api.conn import ClientConn
 from verld.fronts.api.fanout import Fanout
+from verld.fronts.api.inhibit import Inhibits
 from verld.fronts.api.leases import Leases
 from verld.fronts.base import Core, FrontCounts
 from verld.logs import RING
@@ -31,6 +32,7 @@ class OpContext(Protocol):
     counts: FrontCounts
     fanout: Fanout
     leases: Leases
+    inhibits: Inhibits
     on_reload: Callable[[], list[str]] | None
 
     def status(self) -> dict[str, Any]: ...
@@ -148,6 +150,8 @@ def lease(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
         or not (1 <= seconds <= limit)
     ):
         raise ApiError(ErrorCode.BAD_REQUEST, f"'seconds' must be a number 1..{limit:g}", req.id)
+    if api.core.inhibited:
+        raise ApiError(ErrorCode.BUSY, api.core.session.inhibited_by or "inhibited", req.id)
     _ok(conn, req, lease=api.leases.take(conn, seconds, req.id), seconds=seconds)
 
 
@@ -157,6 +161,17 @@ def release(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
         raise ApiError(ErrorCode.BAD_REQUEST, "'lease' must be a string token", req.id)
     if not api.leases.release(conn, token):
         raise ApiError(ErrorCode.BAD_REQUEST, "you hold no lease (or not this one)", req.id)
+    _ok(conn, req)
+
+
+def inhibit(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+    """Let go of the port; the reply (its path) comes once it is closed."""
+    api.inhibits.take(conn, req.id, lambda port: _ok(conn, req, port=port))
+    api.leases.end("inhibited")
+
+
+def uninhibit(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+    api.inhibits.end(None, f"uninhibit by {conn!r}")
     _ok(conn, req)
 
 
@@ -177,4 +192,6 @@ OPS = _table(
     release=("controller", release),
     reconnect=("admin", reconnect),
     reload=("admin", reload),
+    inhibit=("admin", inhibit),
+    uninhibit=("admin", uninhibit),
 )

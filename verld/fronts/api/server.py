@@ -24,6 +24,7 @@ from verld.config import Config, tcp_target
 from verld.errors import ApiError, ErrorCode
 from verld.fronts.api.conn import ApiStats, ClientConn
 from verld.fronts.api.fanout import Fanout
+from verld.fronts.api.inhibit import Inhibits
 from verld.fronts.api.leases import Leases
 from verld.fronts.api.ops import OPS
 from verld.fronts.base import Core
@@ -47,6 +48,7 @@ class ApiServer:
         self.stats = ApiStats()
         self.fanout = Fanout(core)
         self.leases = Leases(core)
+        self.inhibits = Inhibits(core)
         self.clients: set[ClientConn] = set()
         self.started = time.time()
         self.on_reload = on_reload
@@ -88,6 +90,7 @@ class ApiServer:
     async def close(self) -> None:
         """Close every client and remove the socket file we created."""
         await self.stop_accepting()
+        await self.inhibits.close()
         for conn in list(self.clients):
             conn.close()
         if self._owned_path is not None:
@@ -151,6 +154,7 @@ class ApiServer:
         self.clients.discard(conn)
         self.fanout.unsubscribe(conn, wire.TOPICS)
         self.leases.forget(conn)
+        self.inhibits.end(conn, "holder disconnected")
         self.core.forget(conn)
         log.info("client_disconnected", client=repr(conn), client_pid=conn.pid)
         if self.on_clients_changed is not None:
@@ -195,6 +199,8 @@ class ApiServer:
         st["uptime"] = round(time.time() - self.started, 3)
         st["clients"] = len(self.clients)
         st["lease"] = self.leases.status()
+        st["inhibit"] = self.inhibits.status()
+        st["inhibits"] = self.core.inhibits
         st["events_dropped"] = self.stats.events_dropped
         st["limits_hit"] = dict(self.stats.limits_hit)
         st["api_errors"] = dict(self.stats.api_errors)

@@ -1,0 +1,87 @@
+"""Inhibit: one admin connection has verld let go of the device port for a while.
+
+A flasher or vendor tool needs the real port (its baud rate, DTR/RTS, exclusive
+access). `inhibit` asks the core to finish what is on the link and close the port,
+then answers `{"port": PATH}`; the port stays closed while the asking connection
+stays open. `uninhibit` (any admin) or that connection closing — however it
+closes, SIGKILL included — ends it, and verld reopens the port with a new
+generation. One inhibition at a time: a second `inhibit` gets `busy`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from verld.errors import ApiError, ErrorCode
+from verld.fronts.api.conn import ClientConn
+from verld.fronts.base import Core
+
+log = structlog.get_logger("verld.server")
+
+
+@dataclass
+class Holder:
+    conn: ClientConn
+    since: float  #: unix time the inhibit was asked for
+    task: asyncio.Task[None] | None = None  #: letting go of the port, until it is closed
+
+
+class Inhibits:
+    """The one inhibition there can be."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.holder: Holder | None = None
+
+    def take(self, conn: ClientConn, req_id: int | str, answer: Callable[[str], None]) -> None:
+        """Start letting go of the port for `conn`; `answer(port)` once it is closed."""
+        if self.holder is not None:
+            who = self.holder.conn
+            raise ApiError(ErrorCode.BUSY, f"already inhibited by pid {who.pid}", req_id)
+        holder = self.holder = Holder(conn, time.time())
+        reason = f"inhibited by pid {conn.pid}"
+        log.info("inhibit_asked", client=repr(conn), pid=conn.pid, uid=conn.uid)
+        closed = self.core.inhibit(reason)
+        holder.task = asyncio.get_running_loop().create_task(self._let_go(holder, closed, answer))
+
+    async def _let_go(
+        self, holder: Holder, closed: Coroutine[Any, Any, str], answer: Callable[[str], None]
+    ) -> None:
+        port = await closed
+        if self.holder is holder:
+            log.info("inhibited", client=repr(holder.conn), pid=holder.conn.pid, port=port)
+            answer(port)
+
+    def end(self, conn: ClientConn | None, why: str) -> bool:
+        """End the inhibition (only if `conn` holds it, when given); False: none ended."""
+        holder = self.holder
+        if holder is None or (conn is not None and holder.conn is not conn):
+            return False
+        self.holder = None
+        log.info("uninhibited", client=repr(holder.conn), pid=holder.conn.pid, reason=why)
+        self.core.release()
+        return True
+
+    async def close(self) -> None:
+        """verld stops: a pending letting-go is cancelled (the core drains anyway)."""
+        holder, self.holder = self.holder, None
+        if holder is not None and holder.task is not None and not holder.task.done():
+            holder.task.cancel()
+            try:
+                await holder.task
+            except asyncio.CancelledError:
+                pass
+
+    def status(self) -> dict[str, Any] | None:
+        holder = self.holder
+        if holder is None:
+            return None
+        conn = holder.conn
+        return {"pid": conn.pid, "uid": conn.uid, "client": conn.name,
+                "since": round(holder.since, 3)}  # fmt: skip
