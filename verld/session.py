@@ -21,7 +21,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable
-from typing import Any
 
 import structlog
 
@@ -32,7 +31,7 @@ from verld.codec.select import ping_payload
 from verld.config import Config, tcp_target
 from verld.errors import ErrorCode
 from verld.link import Link, LinkState, Transition
-from verld.stats import Stats, link_status, log_transition
+from verld.stats import Stats, log_transition
 from verld.timekeeper import Timekeeper
 from verld.transport import LinkTransport
 from verld.window import Window
@@ -418,15 +417,6 @@ class Session:
         retry_in = self.link.retry_in(self.clock.time())
         log_transition(transition, port=self.port, retry_in=retry_in)
         self._on_link(transition)
-
-    def status(self) -> dict[str, Any]:
-        """The `status` reply's session part."""
-        now, t = self.clock.time(), self._transport
-        live = (0, 0) if t is None else (t.bytes_tx, t.bytes_rx)
-        st = self.stats.status(self.link, now=now, live=live, bad_frames=self.codec.bad_frames)
-        st["link"] = link_status(self.link, self.port, self.cfg.device.codec, now, self.started)
-        st["queue"], st["inflight"] = len(self.queue), len(self.window)
-        return st
 
 
 def _nothing() -> None:

@@ -7,11 +7,14 @@ attribute store. The session owns one `Stats`; fronts read it through `status`.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from verld.link import Link, LinkState, Transition
+
+if TYPE_CHECKING:
+    from verld.session import Session
 from verld.metrics import Histogram
 
 log = structlog.get_logger("verld.session")
@@ -117,3 +120,14 @@ def log_transition(t: Transition, *, port: str, retry_in: float) -> None:
     else:
         log.debug("link_" + t.state.value, link_state=t.state.value, port=port,
                   generation=t.generation)  # fmt: skip
+
+
+def session_status(session: Session) -> dict[str, Any]:
+    """The `status` reply's session part: link, counters, latency, queue."""
+    now, link, t = session.clock.time(), session.link, session.attached
+    live = (0, 0) if t is None else (t.bytes_tx, t.bytes_rx)
+    st = session.stats.status(link, now=now, live=live, bad_frames=session.codec.bad_frames)
+    codec = session.cfg.device.codec
+    st["link"] = link_status(link, session.port, codec, now, session.started)
+    st["queue"], st["inflight"] = len(session.queue), len(session.window)
+    return st

@@ -21,6 +21,7 @@ from verld.codec.base import LinkCodec
 from verld.config import Config
 from verld.link import Transition
 from verld.session import Session, TrafficTap, WireTap
+from verld.stats import session_status
 from verld.supervisor import Opener, Supervisor
 from verld.transport import open_link
 
@@ -161,7 +162,7 @@ class Core:
     # --- figures ----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """The session's part of `status`."""
-        return self.session.status()
+        return session_status(self.session)
 
     def front_calls(self) -> dict[str, dict[str, int]]:
         """Each front's calls by outcome (`verld_front_calls_total{front,outcome}`)."""
