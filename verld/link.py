@@ -53,7 +53,8 @@ class AfterTimeout(enum.Enum):
 
 # Which events each state accepts; anything else is a programming error.
 _ALLOWED: dict[str, frozenset[LinkState]] = {
-    "attempt": frozenset({LinkState.DOWN, LinkState.INHIBITED}),
+    # (connecting: an attempt abandoned for an inhibit that ended before it took hold)
+    "attempt": frozenset({LinkState.DOWN, LinkState.CONNECTING, LinkState.INHIBITED}),
     "inhibit": frozenset({LinkState.DOWN, LinkState.CONNECTING, LinkState.UP}),
     "opened": frozenset({LinkState.CONNECTING}),
     "lost": frozenset({LinkState.CONNECTING, LinkState.UP}),

@@ -125,9 +125,11 @@ class Supervisor:
         if s.inhibited_by is None:
             return
         s.inhibited_by = None
-        s.link.release()
-        s.pump()  # released before the port was let go of: the queue moves again
-        self._wakeup()
+        if s.link.state is LinkState.INHIBITED:
+            s.link.release()
+            self._wakeup()
+        else:  # released before the port was let go of: the link is as it was
+            s.pump()
 
     async def _settle(self, deadline: float) -> None:
         """Until no client call is on the link and no open is under way, or `deadline`."""

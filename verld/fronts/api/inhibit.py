@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from verld import wire
 from verld.errors import ApiError, ErrorCode
 from verld.fronts.api.conn import ClientConn
 from verld.fronts.base import Core
@@ -28,6 +29,7 @@ log = structlog.get_logger("verld.server")
 @dataclass
 class Holder:
     conn: ClientConn
+    req_id: int | str
     since: float  #: unix time the inhibit was asked for
     task: asyncio.Task[None] | None = None  #: letting go of the port, until it is closed
 
@@ -44,7 +46,7 @@ class Inhibits:
         if self.holder is not None:
             who = self.holder.conn
             raise ApiError(ErrorCode.BUSY, f"already inhibited by pid {who.pid}", req_id)
-        holder = self.holder = Holder(conn, time.time())
+        holder = self.holder = Holder(conn, req_id, time.time())
         reason = f"inhibited by pid {conn.pid}"
         log.info("inhibit_asked", client=repr(conn), pid=conn.pid, uid=conn.uid)
         closed = self.core.inhibit(reason)
@@ -65,6 +67,10 @@ class Inhibits:
             return False
         self.holder = None
         log.info("uninhibited", client=repr(holder.conn), pid=holder.conn.pid, reason=why)
+        if holder.task is not None and not holder.task.done():
+            holder.task.cancel()  # ended before the port was let go of: it stays ours
+            message = f"uninhibited ({why}) before the port was let go of"
+            holder.conn.send(wire.error_reply(holder.req_id, ErrorCode.BUSY, message))
         self.core.release()
         return True
 
