@@ -75,13 +75,24 @@ class Client(Engine):
         name: str | None = None,
     ) -> None:
         super().__init__(socket_path, actions=actions, name=name)
-        self.timeout = timeout
         self._sock: socket.socket | None = None
+        self.timeout = timeout
         self._decoder = new_decoder()
         self._bodies: deque[bytes] = deque()  #: received, not yet handed out
         self._ids = itertools.count(1)
         self._events: deque[dict[str, Any]] = deque()
         self._replies: dict[int | str, dict[str, Any]] = {}
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds to wait for verld (None: for ever); applies to an open connection too."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float | None) -> None:
+        self._timeout = seconds
+        if self._sock is not None:
+            self._sock.settimeout(seconds)
 
     # --- connection -------------------------------------------------------------
     def connect(self) -> Client:

@@ -29,6 +29,7 @@ def cmd_inhibit(c: Client, args: argparse.Namespace) -> int:
     command = list(args.command_argv)
     if command[:1] == ["--"]:
         command = command[1:]
+    c.hello("verlctl inhibit")  # the name `status` shows beside the pid
     port = c.inhibit()
     if not command:
         return _hold(c, args, port)
@@ -40,12 +41,9 @@ def cmd_inhibit(c: Client, args: argparse.Namespace) -> int:
 def _hold(c: Client, args: argparse.Namespace, port: str) -> int:
     """Until Ctrl-C/SIGTERM (exit 0; closing the connection ends it) or verld goes away."""
     emit(args, f"inhibited: verld let go of {port}; Ctrl-C gives it back", {"port": port})
+    c.timeout = None
     while True:
-        try:
-            c.receive()  # nothing is expected: this returns only if verld says something
-        except ClientError as exc:
-            if exc.code != "timeout":  # unreachable: verld went away (exit 3)
-                raise
+        c.receive()  # nothing is expected; Unreachable (exit 3) if verld goes away
 
 
 def run_command(command: Sequence[str], port: str) -> int:
