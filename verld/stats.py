@@ -126,8 +126,13 @@ def session_status(session: Session) -> dict[str, Any]:
     """The `status` reply's session part: link, counters, latency, queue."""
     now, link, t = session.clock.time(), session.link, session.attached
     live = (0, 0) if t is None else (t.bytes_tx, t.bytes_rx)
-    st = session.stats.status(link, now=now, live=live, bad_frames=session.codec.bad_frames)
+    figures = session.stats.status(link, now=now, live=live, bad_frames=session.codec.bad_frames)
     codec = session.cfg.device.codec
-    st["link"] = link_status(link, session.port, codec, now, session.started)
-    st["queue"], st["inflight"] = len(session.queue), len(session.window)
-    return st
+    return {  # the order the reply has always had
+        "link": link_status(link, session.port, codec, now, session.started),
+        "counters": figures.pop("counters"),
+        "latency_ms": figures.pop("latency_ms"),
+        "queue": len(session.queue),
+        "inflight": len(session.window),
+        **figures,
+    }

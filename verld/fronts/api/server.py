@@ -199,11 +199,11 @@ class ApiServer:
         st["uptime"] = round(time.time() - self.started, 3)
         st["clients"] = len(self.clients)
         st["lease"] = self.leases.status()
-        st["inhibit"] = self.inhibits.status()
-        st["inhibits"] = self.core.inhibits
         st["events_dropped"] = self.stats.events_dropped
         st["limits_hit"] = dict(self.stats.limits_hit)
         st["api_errors"] = dict(self.stats.api_errors)
+        st["inhibit"] = self.inhibits.status()
+        st["inhibits"] = self.core.inhibits
         dev = self.cfg.device
         if tcp_target(self.core.session.port) is None:  # serial: show the line settings
             st["link"]["settings"] = (
