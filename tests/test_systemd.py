@@ -428,7 +428,8 @@ class TestJournal:
         _, ns = journal_verld
         c = Client(str(tmp_path / "verld.sock"), timeout=10)
         try:
-            c.send({"op": "call", "id": "req-42", "data": _b64(b"\x01hi")})
+            # wait: the fixture waits for the socket, not for the link to be up
+            c.send({"op": "call", "id": "req-42", "data": _b64(b"\x01hi"), "wait": True})
             assert c.receive()["ok"] is True
         finally:
             c.close()

@@ -2,7 +2,8 @@
 
 Strategy: a `Device` takes bytes read from the link and the current time and
 returns `Timed` chunks — bytes to write no earlier than `due`. A per-codec
-*personality* (`VerlPersonality`, `LengthPersonality`, `LinePersonality`) splits
+*personality* (`VerlPersonality`, `LengthPersonality`, `LinePersonality`, and the
+Modbus ones in `verld.sim.modbus`) splits
 the input into requests, runs each command and encodes the reply and events;
 the `Device` applies the faults (hang, drop, latency/jitter, garbage, corrupt)
 around that, so they behave the same on every codec. The I/O loop owns the
@@ -299,6 +300,8 @@ class Device:
             self.counters.ignored += 1
             return None
         response = self.personality.respond(request)
+        if not response.reply and not response.events:
+            return None  # nothing to say (a Modbus request to a unit not served)
         if self._chance(self.faults.drop):
             self.counters.dropped += 1
             return None
@@ -342,13 +345,24 @@ class Device:
 
 
 def make_personality(
-    codec: str, max_payload: int, terminator: bytes = b"\n", crlf: bool = False
+    codec: str,
+    max_payload: int,
+    terminator: bytes = b"\n",
+    crlf: bool = False,
+    units: tuple[int, ...] = (1,),
 ) -> Personality:
-    """The personality for a codec name."""
+    """The personality for a codec name; `units`: the Modbus units served."""
     if codec == "verl":
         return VerlPersonality(max_payload)
     if codec == "length":
         return LengthPersonality(max_payload)
     if codec == "line":
         return LinePersonality(max_payload, terminator, b"\r\n" if crlf else terminator)
+    if codec in ("modbus-rtu", "modbus-tcp"):
+        from verld.sim import modbus  # it builds on this module's Request and Response
+
+        slave = modbus.ModbusSlave(units)
+        if codec == "modbus-rtu":
+            return modbus.ModbusRtuPersonality(slave)
+        return modbus.ModbusTcpPersonality(slave)
     raise ValueError(f"unknown codec {codec!r}")

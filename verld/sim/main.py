@@ -23,9 +23,12 @@ from verld.sim.faults import (
     parse_seconds,
 )
 from verld.sim.loop import Sim
+from verld.sim.modbus import parse_units
 from verld.sim.ports import Port, PtyPort, TcpPort
 
 T = TypeVar("T")
+
+CODECS = ("verl", "length", "line", "modbus-rtu", "modbus-tcp")
 
 
 #: one command-line option: its flags and its `add_argument` keywords
@@ -50,11 +53,14 @@ def _where_options() -> tuple[Option, ...]:
 def _device_options() -> tuple[Option, ...]:
     """What the device speaks, and its control socket."""
     return (
-        _opt("--codec", choices=("verl", "length", "line"), default="verl"),
+        _opt("--codec", choices=CODECS, default="verl",
+             help="link codec; modbus-rtu / modbus-tcp make it a Modbus slave (see --units)"),
         _opt("--max-payload", metavar="N", type=_positive, default=4096),
         _opt("--terminator", metavar="TEXT", type=_terminator, default=b"\n",
              help="line codec: request terminator, backslash escapes allowed (default \\n)"),
         _opt("--crlf", action="store_true", help="line codec: end reply lines with \\r\\n"),
+        _opt("--units", metavar="LIST", type=_arg(parse_units), default=(1,),
+             help="modbus codecs: the unit ids served, e.g. 1,2,7 (default 1); others stay silent"),
         _opt("--control", metavar="PATH", help="Unix socket for runtime control"),
     )  # fmt: skip
 
@@ -100,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="verld-sim",
         description="Simulated device for verld: a pty (or TCP port) speaking verl, "
-        "length or line, with faults on demand. Prints 'READY <address>' once it serves.",
+        "length or line, or a Modbus slave (modbus-rtu, modbus-tcp), with faults on demand. "
+        "Prints 'READY <address>' once it serves.",
     )
     # Order matters: it is the order of the usage line and of each --help section.
     _add(p.add_mutually_exclusive_group(), _where_options())
@@ -113,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the simulator until SIGTERM/SIGINT; the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.codec == "modbus-rtu" and not all(1 <= unit <= 247 for unit in args.units):
+        parser.error("--units: modbus-rtu serves units 1..247 (0 is the broadcast address)")
     _configure_logging(args.verbose)
     faults = Faults(
         latency=args.latency,
@@ -126,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         unplug_every=args.unplug_every,
         replug_after=args.replug_after,
     )
-    personality = make_personality(args.codec, args.max_payload, args.terminator, args.crlf)
+    personality = make_personality(
+        args.codec, args.max_payload, args.terminator, args.crlf, args.units
+    )
     device = Device(personality, faults, Counters(), random.Random(args.seed))
     try:
         port: Port = (
