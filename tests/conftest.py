@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,3 +36,13 @@ def daemon(tmp_path: Path, sim: SimProc) -> Iterator[DaemonProc]:
     d = DaemonProc(write_config(tmp_path, sim.link))
     yield d
     d.stop()
+
+
+@pytest.fixture
+def pubdir() -> Iterator[Path]:
+    """A directory every uid may traverse (pytest's tmp_path may be root-only): for
+    tests that run a client as another, non-root user."""
+    path = Path(tempfile.mkdtemp(prefix="verld-pub-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -20,7 +20,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -385,15 +384,6 @@ def test_second_inhibit_is_busy(sim: SimProc, daemon: DaemonProc) -> None:
     st = daemon.status()
     held = (st["link"]["state"], st["inhibit"]["pid"], st["inhibits"])
     assert held == ("inhibited", os.getpid(), 1)
-
-
-@pytest.fixture
-def pubdir() -> Iterator[Path]:
-    """A directory every uid may traverse (pytest's tmp_path may be root-only)."""
-    path = Path(tempfile.mkdtemp(prefix="verld-inh-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.skipif(

@@ -29,7 +29,6 @@ import stat
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -235,15 +234,6 @@ needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None,
     reason="non-root peers need root and setpriv",
 )
-
-
-@pytest.fixture
-def pubdir() -> Iterator[Path]:
-    """A directory every uid may traverse (pytest's tmp_path is root-only)."""
-    path = Path(tempfile.mkdtemp(prefix="verld-sec-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
