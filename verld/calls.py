@@ -46,6 +46,7 @@ class Call:
         "timeout",
         "timer",
         "tries",
+        "unit",
         "wait",
     )
 
@@ -77,6 +78,82 @@ class Call:
         self.t_submit = 0.0
         self.queued = False  #: waiting in a FairQueue
         self.counted = False  #: holds one unit of its owner's `client_queue` share
+        self.unit = -1  #: Modbus codecs: the unit called (the queue's lane); -1 otherwise
+
+
+class _Owners:
+    """Per-owner FIFOs in a round-robin ring of the owners with calls waiting."""
+
+    __slots__ = ("queues", "ring")
+
+    def __init__(self) -> None:
+        self.queues: dict[Hashable, deque[Call]] = {}
+        self.ring: deque[Hashable] = deque()
+
+    def __bool__(self) -> bool:
+        return bool(self.ring)
+
+    def push(self, call: Call, front: bool) -> None:
+        owner = call.owner
+        queue = self.queues.get(owner)
+        if queue is None:
+            queue = self.queues[owner] = deque()
+            if front:
+                self.ring.appendleft(owner)
+            else:
+                self.ring.append(owner)
+        elif front:
+            self.ring.remove(owner)
+            self.ring.appendleft(owner)
+        if front:
+            queue.appendleft(call)
+        else:
+            queue.append(call)
+        call.queued = True
+
+    def ready(self, excl: Hashable | None) -> bool:
+        return bool(self.ring) if excl is None else excl in self.queues
+
+    def take(self, excl: Hashable | None) -> Call | None:
+        """The next owner's next call (only `excl`'s, when given), or None."""
+        ring, queues = self.ring, self.queues
+        if excl is None:
+            if not ring:
+                return None
+            owner = ring.popleft()
+        elif excl in queues:
+            owner = excl
+            ring.remove(owner)
+        else:
+            return None
+        queue = queues[owner]
+        call = queue.popleft()
+        call.queued = False
+        if queue:
+            ring.append(owner)
+        else:
+            del queues[owner]
+        return call
+
+    def remove(self, call: Call) -> None:
+        queue = self.queues[call.owner]
+        queue.remove(call)
+        call.queued = False
+        if not queue:
+            del self.queues[call.owner]
+            self.ring.remove(call.owner)
+
+    def take_owner(self, owner: Hashable) -> list[Call]:
+        queue = self.queues.pop(owner, None)
+        if queue is None:
+            return []
+        self.ring.remove(owner)
+        for call in queue:
+            call.queued = False
+        return list(queue)
+
+    def calls(self) -> Iterator[Call]:
+        return (c for q in self.queues.values() for c in q)
 
 
 class FairQueue:
@@ -86,8 +163,7 @@ class FairQueue:
         self.limit = limit  #: calls waiting, all owners together (api.queue_limit)
         self.share = share  #: one owner's calls waiting or in flight (api.client_queue)
         self.exclusive: Hashable | None = None  #: the lease holder, when there is one
-        self._queues: dict[Hashable, deque[Call]] = {}
-        self._ring: deque[Hashable] = deque()
+        self._owners = _Owners()
         self._load: dict[Hashable, int] = {}
         self.waiting = 0
 
@@ -96,7 +172,7 @@ class FairQueue:
 
     def __iter__(self) -> Iterator[Call]:
         """Every waiting call (a snapshot: safe to remove while iterating)."""
-        return iter([c for q in self._queues.values() for c in q])
+        return iter(list(self._owners.calls()))
 
     def admit(self, call: Call) -> str | None:
         """Take a unit of the owner's share; the reason it is refused, if it is."""
@@ -122,74 +198,134 @@ class FairQueue:
 
     def push(self, call: Call, *, front: bool = False) -> None:
         """Queue a call at the back (or, for a retry, the front) of its owner's FIFO."""
-        owner = call.owner
-        queue = self._queues.get(owner)
-        if queue is None:
-            queue = self._queues[owner] = deque()
-            if front:
-                self._ring.appendleft(owner)
-            else:
-                self._ring.append(owner)
-        elif front:
-            self._ring.remove(owner)
-            self._ring.appendleft(owner)
-        if front:
-            queue.appendleft(call)
-        else:
-            queue.append(call)
-        call.queued = True
+        self._owners.push(call, front)
         self.waiting += 1
 
     def ready(self) -> bool:
         """Whether `take` would return anything."""
-        if self.exclusive is None:
-            return bool(self._ring)
-        return self.exclusive in self._queues
+        return self._owners.ready(self.exclusive)
 
     def take(self, n: int) -> list[Call]:
         """Up to n calls, one owner at a time in turn (only the lease holder's while leased)."""
         out: list[Call] = []
-        ring, queues = self._ring, self._queues
-        excl = self.exclusive
+        take, excl = self._owners.take, self.exclusive
         while len(out) < n:
-            if excl is None:
-                if not ring:
-                    break
-                owner = ring.popleft()
-            elif excl in queues:
-                owner = excl
-                ring.remove(owner)
-            else:
+            call = take(excl)
+            if call is None:
                 break
-            queue = queues[owner]
-            call = queue.popleft()
-            call.queued = False
             out.append(call)
-            if queue:
-                ring.append(owner)
-            else:
-                del queues[owner]
         self.waiting -= len(out)
         return out
 
     def remove(self, call: Call) -> None:
         """Take one waiting call out (its wait expired, or it is being failed)."""
-        queue = self._queues[call.owner]
-        queue.remove(call)
-        call.queued = False
+        self._owners.remove(call)
         self.waiting -= 1
-        if not queue:
-            del self._queues[call.owner]
-            self._ring.remove(call.owner)
 
     def drop_owner(self, owner: Hashable) -> list[Call]:
         """An owner went away: its waiting calls leave unsent, their shares freed."""
-        queue = self._queues.pop(owner, None)
-        if queue is None:
-            return []
-        self._ring.remove(owner)
-        self.waiting -= len(queue)
-        for call in queue:
-            call.queued = False
+        gone = self._owners.take_owner(owner)
+        self._gone(gone)
+        return gone
+
+    def _gone(self, calls: list[Call]) -> None:
+        self.waiting -= len(calls)
+        for call in calls:
             self.release(call)
-        return list(queue)
+
+
+#: the lane of calls that go before every other (`LaneQueue.push_next`)
+NEXT_LANE = -2
+
+
+class LaneQueue(FairQueue):
+    """A `FairQueue` served round-robin by lane (`Call.unit`: a Modbus unit) first,
+    then by owner within the lane, so a slow lane gets one turn in each round.
+
+    A call pushed back (a retry) goes to the front of its owner's FIFO in its lane,
+    but the lane keeps its place in the ring: it had its turn, the others go first.
+    """
+
+    def __init__(self, limit: int, share: int) -> None:
+        super().__init__(limit, share)
+        self._lanes: dict[int, _Owners] = {}
+        self._lane_ring: deque[int] = deque()
+
+    def __iter__(self) -> Iterator[Call]:
+        return iter([c for lane in self._lanes.values() for c in lane.calls()])
+
+    def push(self, call: Call, *, front: bool = False) -> None:
+        """Queue a call in its lane; `front` (a retry): at the front of its owner's
+        FIFO, its lane at the back of the ring (the lane has just had its turn)."""
+        key = call.unit
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Owners()
+            self._lane_ring.append(key)
+        elif front:
+            self._lane_ring.remove(key)
+            self._lane_ring.append(key)
+        lane.push(call, front)
+        self.waiting += 1
+
+    def push_next(self, call: Call) -> None:
+        """Queue a call to go before any other (a heartbeat ping), in a lane of its own."""
+        call.unit = NEXT_LANE
+        lane = self._lanes.get(NEXT_LANE)
+        if lane is None:
+            lane = self._lanes[NEXT_LANE] = _Owners()
+        else:
+            self._lane_ring.remove(NEXT_LANE)
+        self._lane_ring.appendleft(NEXT_LANE)
+        lane.push(call, True)
+        self.waiting += 1
+
+    def ready(self) -> bool:
+        excl = self.exclusive
+        if excl is None:
+            return bool(self._lane_ring)
+        return any(lane.ready(excl) for lane in self._lanes.values())
+
+    def take(self, n: int) -> list[Call]:
+        out: list[Call] = []
+        ring, lanes, excl = self._lane_ring, self._lanes, self.exclusive
+        while len(out) < n and ring:
+            key = ring[0] if excl is None else next((k for k in ring if lanes[k].ready(excl)), None)
+            if key is None:
+                break  # (leased: nothing of the holder's waits)
+            lane = lanes[key]
+            call = lane.take(excl)
+            assert call is not None
+            out.append(call)
+            ring.remove(key)
+            if lane:
+                ring.append(key)  # its turn is over: to the back
+            else:
+                del lanes[key]
+        self.waiting -= len(out)
+        return out
+
+    def remove(self, call: Call) -> None:
+        lane = self._lanes[call.unit]
+        lane.remove(call)
+        self.waiting -= 1
+        if not lane:
+            self._drop_lane(call.unit)
+
+    def drop_owner(self, owner: Hashable) -> list[Call]:
+        gone: list[Call] = []
+        for key, lane in list(self._lanes.items()):
+            gone += lane.take_owner(owner)
+            if not lane:
+                self._drop_lane(key)
+        self._gone(gone)
+        return gone
+
+    def lane(self, key: int) -> list[Call]:
+        """The calls waiting in one lane (a snapshot)."""
+        lane = self._lanes.get(key)
+        return [] if lane is None else list(lane.calls())
+
+    def _drop_lane(self, key: int) -> None:
+        del self._lanes[key]
+        self._lane_ring.remove(key)

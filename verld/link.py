@@ -178,13 +178,15 @@ class Link:
         self.consecutive_timeouts += 1
         return self.consecutive_timeouts >= self.misses
 
-    def timed_out(self, now: float, *, seqs: bool, tcp: bool) -> AfterTimeout:
+    def timed_out(self, now: float, *, seqs: bool, tcp: bool, counts: bool = True) -> AfterTimeout:
         """A try ran out: the policy for what follows (the caller fails or retries it).
 
         Without seqs a late reply would pass for the next call's, so the line must be
-        quiet first (serial: the guard) or the connection gone (tcp).
+        quiet first (serial: the guard) or the connection gone (tcp). A timeout that
+        does not `count` (a Modbus call: its unit is silent, not the port) never makes
+        the link dead.
         """
-        dead = self.timeout()
+        dead = self.timeout() if counts else False
         if self.state is LinkState.CONNECTING:
             return AfterTimeout.FAIL
         if dead:

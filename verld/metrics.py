@@ -85,10 +85,27 @@ def _metric(lines: list[str], name: str, kind: str, help_text: str) -> None:
     lines.append(f"# TYPE {name} {kind}")
 
 
+def _modbus_units(
+    lines: list[str], units: dict[tuple[int, str], int], status: list[dict[str, Any]]
+) -> None:
+    what = "Modbus calls by unit and outcome (ok, exception, timeout, offline, error)."
+    _metric(lines, "verld_modbus_unit_calls_total", "counter", what)
+    for (unit, outcome), n in units.items():
+        lines.append(f'verld_modbus_unit_calls_total{{unit="{unit}",outcome="{outcome}"}} {n}')
+    what = "1 while a Modbus unit is offline (its calls fail at once)."
+    _metric(lines, "verld_modbus_unit_offline", "gauge", what)
+    for row in status:
+        lines.append(f'verld_modbus_unit_offline{{unit="{row["unit"]}"}} {int(row["offline"])}')
+
+
 def prometheus_text(
-    st: dict[str, Any], latency: Histogram, fronts: dict[str, dict[str, int]] | None = None
+    st: dict[str, Any],
+    latency: Histogram,
+    fronts: dict[str, dict[str, int]] | None = None,
+    units: dict[tuple[int, str], int] | None = None,
 ) -> str:
-    """Prometheus text exposition (format 0.0.4) of a `status` reply and the histogram."""
+    """Prometheus text exposition (format 0.0.4) of a `status` reply and the histogram
+    (`units`: the Modbus codecs' calls by (unit, outcome); None on other codecs)."""
     c = st["counters"]
     lines: list[str] = []
     _metric(lines, "verld_calls_total", "counter", "Calls answered, by outcome.")
@@ -132,6 +149,8 @@ def prometheus_text(
     lines.append(f"verld_inhibits_total {st.get('inhibits', 0)}")
     _metric(lines, "verld_events_dropped_total", "counter", "Events dropped for slow subscribers.")
     lines.append(f"verld_events_dropped_total {st.get('events_dropped', 0)}")
+    if units is not None:
+        _modbus_units(lines, units, st.get("units") or [])
     _metric(lines, "verld_call_latency_seconds", "histogram", "Call latency, receipt to reply.")
     lines.extend(latency.prometheus("verld_call_latency_seconds"))
     return "\n".join(lines) + "\n"

@@ -25,16 +25,18 @@ from collections.abc import Callable, Hashable
 import structlog
 
 from verld.alarm import Clock
-from verld.calls import Call, CallResult, FairQueue
+from verld.bus import Bus, exception_message
+from verld.calls import Call, CallResult, FairQueue, LaneQueue
 from verld.codec.base import Inbound, Kind, LinkCodec
+from verld.codec.modbus import ModbusRtuCodec
 from verld.codec.select import ping_payload
-from verld.config import Config, tcp_target
+from verld.config import MODBUS_CODECS, Config, tcp_target
 from verld.errors import ErrorCode
 from verld.link import Link, LinkState, Transition
 from verld.stats import Stats, log_transition
 from verld.timekeeper import Timekeeper
 from verld.transport import LinkTransport
-from verld.window import Window
+from verld.window import EPSILON, Window
 
 log = structlog.get_logger("verld.session")
 
@@ -73,7 +75,13 @@ class Session:
         self.tcp = tcp_target(port) is not None
         self.stats = Stats()
         self.counters = self.stats.counters
-        self.queue = FairQueue(cfg.api.queue_limit, cfg.api.client_queue)
+        #: Modbus codecs: the units, offline units, broadcast, the silent gap (else None)
+        self.bus: Bus | None = None
+        self._gap = 0.0  #: modbus-rtu: silence the line needs before a request (s)
+        self.quiet_until = 0.0  #: modbus-rtu: when the line has been silent long enough
+        self.rtu_codec: ModbusRtuCodec | None = None  #: the codec, when it is modbus-rtu
+        self.queue: FairQueue = FairQueue(cfg.api.queue_limit, cfg.api.client_queue)
+        self._set_bus()
         self._transport: LinkTransport | None = None
         self.timers = Timekeeper(self)
         self._sweep = self.timers.sweep
@@ -95,6 +103,9 @@ class Session:
         self.queue.limit, self.queue.share = cfg.api.queue_limit, cfg.api.client_queue
         self.link.configure(cfg)
         self.ping_payload = ping_payload(cfg)
+        if self.bus is not None:
+            self.bus.configure(cfg)
+            self._gap = self.bus.gap
         self.timers.arm_heartbeat()
 
     def set_debug(self, enabled: bool) -> None:
@@ -108,6 +119,26 @@ class Session:
         if port is not None:
             self.port = port
             self.tcp = tcp_target(port) is not None
+        self._set_bus()
+
+    def _set_bus(self) -> None:
+        """A bus (and a queue served by unit) on the Modbus codecs; none on the others.
+
+        Calls queued for a codec of the other kind cannot go out on this one: they fail.
+        """
+        modbus = self.cfg.device.codec in MODBUS_CODECS
+        self.bus = Bus(self.cfg) if modbus else None
+        self._gap = self.bus.gap if self.bus is not None else 0.0
+        codec = self.codec
+        self.rtu_codec = codec if isinstance(codec, ModbusRtuCodec) else None
+        old = self.queue
+        if isinstance(old, LaneQueue) is modbus:
+            return
+        if len(old):
+            self.timers.fail_queued(ErrorCode.LINK_DOWN, "the device codec changed", everyone=True)
+        new = (LaneQueue if modbus else FairQueue)(old.limit, old.share)
+        new.exclusive, new._load = old.exclusive, old._load
+        self.queue = new
 
     def set_taps(self, traffic: TrafficTap | None, wire: WireTap | None) -> None:
         """Decoded frames and raw bytes each way to the taps (None: off, costs nothing)."""
@@ -129,7 +160,7 @@ class Session:
                       bytes=len(call.payload))  # fmt: skip
         queue, link = self.queue, self.link
         if (self.closing or self.inhibited_by is not None or link.state is not _UP
-                or queue.exclusive is not None):  # fmt: skip
+                or queue.exclusive is not None or self.bus is not None):  # fmt: skip
             refused = self._refusal(call)  # the rarer cases, one by one
         else:
             full = queue.admit(call)
@@ -161,6 +192,11 @@ class Session:
         """Why a call ends at once (error code, message), or None: it is admitted."""
         if self.closing:
             return ErrorCode.SHUTTING_DOWN, "verld is shutting down"
+        bus = self.bus
+        if bus is not None:
+            reason = bus.check(call)
+            if reason is not None:
+                return ErrorCode.BAD_REQUEST, reason
         if self.inhibited_by is not None and not call.wait:
             return ErrorCode.BUSY, self.inhibited_by
         link = self.link
@@ -169,6 +205,10 @@ class Session:
         excl = self.queue.exclusive
         if excl is not None and call.owner is not excl and not call.wait:
             return ErrorCode.BUSY, "the device is leased to another client"
+        if bus is not None:
+            offline = bus.offline(call, self.clock.time())
+            if offline is not None:
+                return ErrorCode.TIMEOUT, offline
         refused = self.queue.admit(call)
         return None if refused is None else (ErrorCode.BUSY, refused)
 
@@ -212,7 +252,16 @@ class Session:
         link = self.link
         return (link.state is _UP and link.guard_until is None and not self._holds
                 and self._transport is not None and self.window.room() > 0
-                and self.inhibited_by is None)  # fmt: skip
+                and self.inhibited_by is None
+                and (not self._gap or self._quiet_enough()))  # fmt: skip
+
+    def _quiet_enough(self) -> bool:
+        """modbus-rtu: the line has been silent for 3.5 characters (else the quiet
+        alarm pumps once it has)."""
+        if self.clock.time() >= self.quiet_until - EPSILON:
+            return True
+        self.timers.quiet.set_earlier(self.quiet_until)
+        return False
 
     def pump(self) -> None:
         """Move calls from the queue onto the link while the window has room."""
@@ -245,10 +294,16 @@ class Session:
                 log.debug("call_sent", client=call.owner, request_id=call.req_id, seq=call.seq)
         if self._traffic is not None:
             for call in calls:
-                kind = "ping" if call.is_ping else "request"
+                kind = "ping" if call.is_ping else "request" if call.tries == 1 else "retry"
                 self._traffic("tx", kind, call.seq, None, call.payload)
         self.counters.frames_tx += len(calls)
-        self.link.activity(now)
+        bus = self.bus
+        if bus is None:
+            self.link.activity(now)
+        elif self.rtu_codec is not None and calls[0].unit == 0 and not calls[0].is_ping:
+            self.rtu_codec.expect_nothing()
+        # (Modbus: a request to a silent unit proves nothing: only replies restart the
+        # heartbeat's clock, so a dead adapter is found under load too)
         self._sweep.set_earlier(earliest)
         transport.write(calls[0].frame if len(calls) == 1 else b"".join(c.frame for c in calls))
 
@@ -260,7 +315,8 @@ class Session:
         self.counters.retries += 1
         self.counters.frames_tx += 1
         self._sweep.set_earlier(self.window.readd(call, now))
-        self.link.activity(now)
+        if self.bus is None:
+            self.link.activity(now)
         if self._traffic is not None:
             self._traffic("tx", "retry", call.seq, None, call.payload)
         if self._debug:
@@ -271,9 +327,23 @@ class Session:
     def link_data(self, data: bytes) -> None:
         """Transport callback: bytes from the device."""
         now = self.clock.time()
+        if self._gap:
+            self.quiet_until = now + self._gap
         if self.link.noise(now):
             return  # after a timeout (no seqs): discarded until the line has been quiet
         frames = self.codec.feed(data, bool(self.window))
+        if not frames and self.rtu_codec is not None and self.rtu_codec.partial:
+            self.timers.quiet.set(self.quiet_until)  # a reply whose end only silence tells
+        self.frames_in(frames, now)
+
+    def line_quiet(self) -> None:
+        """modbus-rtu: the line has been silent for 3.5 characters: a reply whose length
+        its bytes do not tell ends here."""
+        assert self.rtu_codec is not None
+        self.frames_in(self.rtu_codec.flush(), self.clock.time())
+
+    def frames_in(self, frames: list[Inbound], now: float) -> None:
+        """Decoded frames: replies to their calls, events to the listeners."""
         if frames:
             if self._traffic is not None:
                 for f in frames:
@@ -330,6 +400,8 @@ class Session:
         status = frame.status
         if status == 0:
             error, message = None, "ok"
+        elif self.bus is not None:
+            error, message = ErrorCode.DEVICE_ERROR, exception_message(status or 0)
         elif status == 0xFF:
             error, message = ErrorCode.REMOTE_FAILURE, "the device reported failure (status 0xff)"
         else:
@@ -349,12 +421,35 @@ class Session:
         if not call.is_ping:
             self.stats.finished(error, elapsed)
             self.queue.release(call)
+            if call.unit >= 0 and self.bus is not None:
+                gone = self.bus.finished(call, error, self.clock.time())
+                if gone is not None:
+                    self._unit_offline(gone)
             if self._debug:
                 log.debug("call_done", client=call.owner, request_id=call.req_id, error=error,
                           status=status, ms=round(elapsed * 1000, 3))  # fmt: skip
         # tuple.__new__: CallResult's own __new__ is a Python function, once per call
         result = (error, message, status, data, text, elapsed * 1000, self.link.generation)
         call.done(_new_tuple(CallResult, result))
+
+    def proves_alive(self, result: CallResult) -> bool:
+        """Whether a ping's result shows the device is there (Modbus: an exception
+        reply does too)."""
+        if result.error is None:
+            return True
+        return self.bus is not None and result.error == ErrorCode.DEVICE_ERROR
+
+    def _unit_offline(self, unit: int) -> None:
+        """A unit went offline: its waiting calls fail at once, as later ones will."""
+        assert self.bus is not None and isinstance(self.queue, LaneQueue)
+        log.warning("modbus_unit_offline", unit=unit, backoff=self.bus.backoff)
+        for call in self.queue.lane(unit):
+            self.queue.remove(call)
+            if call.timer is not None:
+                call.timer.cancel()
+                call.timer = None
+            self.bus.count_offline(call)
+            self.finish(call, ErrorCode.TIMEOUT, f"unit {unit} offline")
 
     # --- the link's life: attached by the supervisor, lost here -------------------------------
     @property

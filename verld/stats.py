@@ -135,4 +135,5 @@ def session_status(session: Session) -> dict[str, Any]:
         "queue": len(session.queue),
         "inflight": len(session.window),
         **figures,
+        **({} if session.bus is None else {"units": session.bus.status()}),
     }

@@ -65,7 +65,7 @@ class Supervisor:
         result = await self._handshake()
         if s.attached is not transport:
             return False  # lost during the handshake; the session announced it
-        if result.error is not None:
+        if not s.proves_alive(result):
             s.lose(f"handshake failed: {result.message}")
             return False
         return True
@@ -78,7 +78,7 @@ class Supervisor:
         def answered(result: CallResult) -> None:
             # Up at once, inside the reply's handling: an event right behind the reply
             # (same read) then already belongs to the new generation.
-            if result.error is None and s.link.state is LinkState.CONNECTING:
+            if s.proves_alive(result) and s.link.state is LinkState.CONNECTING:
                 s.came_up()
             if not answer.done():
                 answer.set_result(result)

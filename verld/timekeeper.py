@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from verld.alarm import Alarm
-from verld.calls import Call, CallResult
+from verld.calls import Call, CallResult, LaneQueue
 from verld.errors import ErrorCode
 from verld.link import AfterTimeout, LinkState
 from verld.window import EPSILON
@@ -41,12 +41,15 @@ class Timekeeper:
         self.sweep = Alarm(clock, self._swept)
         self._beat = Alarm(clock, self._heartbeat)
         self._guard = Alarm(clock, self._guard_over)
+        #: modbus-rtu: rings once the line has been silent for 3.5 characters
+        self.quiet = Alarm(clock, self._quiet)
         self._held: Call | None = None  #: a retry waiting for the guard to end
 
     def stop(self) -> None:
         """The link went away: no heartbeat, no guard (deadlines end with their calls)."""
         self._beat.cancel()
         self._guard.cancel()
+        self.quiet.cancel()
 
     @property
     def holding(self) -> bool:
@@ -73,8 +76,17 @@ class Timekeeper:
         """A try's deadline passed: fail or retry it as the link's policy says."""
         s = self.s
         s.window.remove(call)
+        bus = s.bus
+        if bus is not None and bus.is_broadcast(call) and not call.is_ping:
+            s.finish(call, None, "broadcast sent (no answer expected)", 0)
+            s.pump()
+            return
         s.counters.timeouts += 1
-        after = s.link.timed_out(self.clock.time(), seqs=s.codec.pipelined, tcp=s.tcp)
+        # Modbus: a call's timeout is its unit's silence, not the port's: only pings
+        # count toward `heartbeat.misses`, and a tcp link is never dropped for one.
+        after = s.link.timed_out(self.clock.time(), seqs=s.codec.pipelined,
+                                 tcp=s.tcp and bus is None,
+                                 counts=bus is None or call.is_ping)  # fmt: skip
         retry = call.tries <= call.retry and not call.is_ping
         if not retry or after is AfterTimeout.FAIL or after is AfterTimeout.DEAD:
             s.finish(call, ErrorCode.TIMEOUT, f"no answer within {call.timeout:g} s")
@@ -87,14 +99,18 @@ class Timekeeper:
                 s.queue.push(call, front=True)
             s.lose("no answer on a tcp link without seqs: reconnecting")
         elif after is not AfterTimeout.FAIL:
-            if after is AfterTimeout.RESEND and retry:
+            if retry and bus is not None:
+                # to the back of its unit's turn: other units' calls go first
+                s.counters.retries += 1
+                s.queue.push(call, front=True)
+            elif after is AfterTimeout.RESEND and retry:
                 s.resend(call)
-            elif after is AfterTimeout.GUARD:
-                self._held = call if retry else None
+            if after is AfterTimeout.GUARD:
+                self._held = call if retry and bus is None else None
                 self._guard.set(s.link.guard_until or 0.0)
             if call.is_ping:
                 self.arm_heartbeat()
-            if not retry:
+            if not retry or bus is not None:
                 s.pump()
 
     def shorten(self, calls: list[Call], limit: float) -> None:
@@ -122,6 +138,17 @@ class Timekeeper:
         else:
             s.pump()
         self.arm_heartbeat()
+
+    def _quiet(self) -> None:
+        """modbus-rtu: the line has been silent for 3.5 characters (unless bytes came
+        since): a reply of unknown length ends, and the next request may go."""
+        s = self.s
+        if self.clock.time() < s.quiet_until - EPSILON:
+            self.quiet.set(s.quiet_until)
+            return
+        if s.rtu_codec is not None and s.rtu_codec.partial:
+            s.line_quiet()
+        s.pump()
 
     # --- calls waiting for the link or a lease ---------------------------------------------
     def wait(self, call: Call) -> None:
@@ -167,6 +194,13 @@ class Timekeeper:
         now = self.clock.time()
         if now < due - 0.001:
             self._beat.set(due)
+        elif s.bus is not None and (s.window or s.queue.ready() or s.link.guard_until):
+            # Modbus: no reply for a heartbeat interval, yet calls go out (to silent
+            # units?): only a ping can tell a dead port. It waits its turn on the bus;
+            # its end re-arms the heartbeat.
+            assert isinstance(s.queue, LaneQueue)
+            s.queue.push_next(self.ping(_ignore))
+            s.pump()
         elif s.window or s.queue.ready() or s.link.guard_until is not None:
             # Not idle: the calls on the link prove (or disprove) liveness themselves.
             self._beat.set(now + s.link.interval)

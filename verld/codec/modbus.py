@@ -44,6 +44,7 @@ import struct
 from verld.codec.base import Inbound, Kind
 
 __all__ = [
+    "EXCEPTION_NAMES",
     "MAX_PDU",
     "ModbusRtuCodec",
     "ModbusTcpCodec",
@@ -56,11 +57,25 @@ __all__ = [
 ]
 
 MAX_PDU = 253  #: function code + data
+#: the standard exception codes' names (Modbus Application Protocol v1.1b3, section 7)
+EXCEPTION_NAMES = {
+    0x01: "illegal function",
+    0x02: "illegal data address",
+    0x03: "illegal data value",
+    0x04: "server device failure",
+    0x05: "acknowledge",
+    0x06: "server device busy",
+    0x08: "memory parity error",
+    0x0A: "gateway path unavailable",
+    0x0B: "gateway target device failed to respond",
+}
 MAX_RTU_UNIT = 247  #: 248..255 are reserved on a serial line
 MAX_RTU_FRAME = 1 + MAX_PDU + 2  #: unit + PDU + CRC: 256
 _MIN_RTU_FRAME = 4  #: unit + fc + CRC
 _MBAP = struct.Struct(">HHH")  #: transaction id, protocol id, length (the unit follows)
 _KIND_REPLY = Kind.REPLY
+#: modbus-tcp: transactions remembered for matching; older unanswered ones are forgotten
+_MAX_PENDING = 4096
 _new_tuple = tuple.__new__
 
 
@@ -208,6 +223,15 @@ class ModbusRtuCodec:
         self._buf += data
         return self._scan(final=False)
 
+    def expect_nothing(self) -> None:
+        """The request just encoded was a broadcast: nothing that comes is its reply."""
+        self._pending = None
+
+    @property
+    def partial(self) -> bool:
+        """Part of a reply is buffered: the line falling quiet (`flush`) may end it."""
+        return bool(self._buf) and self._pending is not None
+
     def flush(self) -> list[Inbound]:
         """The line fell quiet (3.5 character times): frames it completes; the rest is dropped."""
         messages = self._scan(final=True) if self._pending is not None else []
@@ -302,7 +326,7 @@ class ModbusTcpCodec:
         self.desync: str | None = None
         self._max_data = min(max_payload, 1 + MAX_PDU)
         self._buf = bytearray()
-        #: outstanding transactions: tid → (unit, function code); bounded by the 16-bit tid
+        #: outstanding transactions: tid → (unit, function code), oldest first (bounded)
         self._pending: dict[int, tuple[int, int]] = {}
 
     def encode_request(self, seq: int, payload: bytes) -> bytes:
@@ -311,7 +335,11 @@ class ModbusTcpCodec:
         if reason is not None:
             raise ValueError(reason)
         frame = mbap_frame(seq, payload)
-        self._pending[seq] = (payload[0], payload[1])
+        pending = self._pending
+        pending.pop(seq, None)  # (re-added last: the dict stays in sending order)
+        pending[seq] = (payload[0], payload[1])
+        if len(pending) > _MAX_PENDING:  # tids that never got an answer: the oldest go
+            del pending[next(iter(pending))]
         return frame
 
     def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:

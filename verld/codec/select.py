@@ -5,6 +5,7 @@ from __future__ import annotations
 from verld.codec.base import LinkCodec
 from verld.codec.length import LengthCodec
 from verld.codec.line import LineCodec
+from verld.codec.modbus import ModbusRtuCodec, ModbusTcpCodec
 from verld.codec.verl import VerlCodec
 from verld.config import Config
 
@@ -16,6 +17,10 @@ def make_codec(cfg: Config) -> LinkCodec:
         return VerlCodec(dev.max_payload)
     if dev.codec == "length":
         return LengthCodec(dev.max_payload)
+    if dev.codec == "modbus-rtu":
+        return ModbusRtuCodec(dev.max_payload)
+    if dev.codec == "modbus-tcp":
+        return ModbusTcpCodec(dev.max_payload)
     line = dev.line
     return LineCodec(
         dev.max_payload,
@@ -31,13 +36,16 @@ def ping_payload(cfg: Config) -> bytes | None:
     """What the handshake and heartbeat send (None: no handshake, heartbeat off).
 
     verl always pings with the empty request; length sends `heartbeat.payload` (hex)
-    while the heartbeat is on; line sends it as text, and only when it is set.
+    while the heartbeat is on; the Modbus codecs send it (a hex request, unit + PDU)
+    and line sends it as text, both only when it is set.
     """
     codec, hb = cfg.device.codec, cfg.heartbeat
     if codec == "verl":
         return b""
     if codec == "length":
         return bytes.fromhex(hb.payload) if hb.interval > 0 else None
+    if codec in ("modbus-rtu", "modbus-tcp"):
+        return bytes.fromhex(hb.payload) if hb.payload and hb.interval > 0 else None
     if hb.payload and hb.interval > 0:
         return hb.payload.encode(cfg.device.line.encoding)
     return None

@@ -96,6 +96,19 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ModbusConfig:
+    """Modbus settings: the bus (codecs modbus-rtu/modbus-tcp) and the Modbus TCP front."""
+
+    listen: str | None = None  #: "HOST:PORT" of the Modbus TCP server front (off: None)
+    max_connections: int = 32
+    read_only: bool = True
+    idle_timeout: float = 60.0
+    turnaround: float = 0.1  #: seconds a broadcast (unit 0 on modbus-rtu) holds the bus
+    offline_after: int = 3  #: calls in a row whose every try timed out: the unit is offline
+    offline_backoff: float = 5.0  #: seconds an offline unit's calls fail at once
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     level: str = "INFO"
     format: str = "auto"
@@ -108,6 +121,7 @@ class Config:
     reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    modbus: ModbusConfig = field(default_factory=ModbusConfig)
     log: LogConfig = field(default_factory=LogConfig)
     source: str | None = None  #: the file this config was read from
 
@@ -117,7 +131,11 @@ DEFAULT_ACTIONS: Mapping[str, int] = MappingProxyType(
     {"echo": 1, "info": 2, "delay": 3, "fail": 4, "status": 5, "events": 6}
 )
 
-CODECS = ("verl", "length", "line")
+CODECS = ("verl", "length", "line", "modbus-rtu", "modbus-tcp")
+MODBUS_CODECS = ("modbus-rtu", "modbus-tcp")
+#: on the Modbus codecs `device.timeout` and `device.retry` default to these (a key
+#: the file sets wins): Modbus masters give up after 1-3 s
+MODBUS_DEVICE_DEFAULTS: Mapping[str, float | int] = MappingProxyType({"timeout": 0.5, "retry": 1})
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("auto", "console", "json", "journal")
 PARITIES = ("none", "even", "odd", "mark", "space")

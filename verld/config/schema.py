@@ -12,13 +12,16 @@ one typo does not cause a second, confusing message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from verld.codec.modbus import check_request
 from verld.config import leaves
 from verld.config.model import (
     CODECS,
     LOG_LEVELS,
+    MODBUS_CODECS,
+    MODBUS_DEVICE_DEFAULTS,
     Config,
     DeviceConfig,
     LogConfig,
@@ -94,8 +97,23 @@ def root_config(item: Item) -> Config:
     flat = [k for k in keys if k in _FLAT.keys]
     sections = [k for k in keys if k in CONFIG.keys]
     if flat and not sections:
-        return _from_flat(build(item, _FLAT))
-    return _sectioned(item, flat, sections)
+        return _codec_defaults(_from_flat(build(item, _FLAT)), set(flat))
+    device = item.value.get("device")
+    given_keys = (
+        {k for k in device if isinstance(k, str)} if isinstance(device, MarkedMap) else set()
+    )
+    return _codec_defaults(_sectioned(item, flat, sections), given_keys)
+
+
+def _codec_defaults(config: Config, given_keys: set[str]) -> Config:
+    """The Modbus codecs' own `device.timeout`/`device.retry` defaults, where the
+    file does not set them."""
+    if config.device.codec not in MODBUS_CODECS:
+        return config
+    defaults: dict[str, Any] = {
+        k: v for k, v in MODBUS_DEVICE_DEFAULTS.items() if k not in given_keys
+    }
+    return replace(config, device=replace(config.device, **defaults)) if defaults else config
 
 
 def _sectioned(item: Item, flat: list[str], sections: list[str]) -> Config:
@@ -148,9 +166,50 @@ def cross_check(config: Config, ctx: Context) -> None:
     payload = ("heartbeat.payload", "device.codec", "device.max_payload")
     if ctx.ok(*payload) and device.codec == "length":
         _check_hex_payload(heartbeat.payload, device.max_payload, ctx)
+    if ctx.ok(*payload) and device.codec in MODBUS_CODECS:
+        _check_modbus_payload(heartbeat.payload, device.codec, ctx)
+    if ctx.ok("modbus.listen", "device.codec") and config.modbus.listen is not None:
+        _check_modbus_listen(device.codec, ctx)
     text = ("device.line.encoding", "device.line.terminator", "heartbeat.payload")
     if ctx.ok(*text) and device.codec == "line":
         _check_encodable(config, ctx)
+
+
+def _check_modbus_payload(payload: str, codec: str, ctx: Context) -> None:
+    # the Modbus heartbeat is a request like any call: unit + PDU, in hex
+    if not payload:
+        return  # no heartbeat: the link is up once the port opens
+    where = ("heartbeat.payload", "device.codec")
+    try:
+        data = bytes.fromhex(payload)
+    except ValueError as exc:
+        ctx.error_at(
+            where,
+            f"codec {codec} sends the payload as a hex Modbus request, unit + PDU "
+            f'(e.g. "010300000001": unit 1 reads holding register 0), got {payload!r}: {exc}',
+        )
+        return
+    reason = check_request(data, rtu=codec == "modbus-rtu")
+    if reason is None and codec == "modbus-rtu" and data[0] == 0:
+        reason = "unit 0 is the broadcast address: nobody answers it"
+    if reason is not None:
+        ctx.error_at(where, f"not a Modbus request {payload!r}: {reason}")
+
+
+def _check_modbus_listen(codec: str, ctx: Context) -> None:
+    where = ("modbus.listen", "device.codec")
+    if codec not in MODBUS_CODECS:
+        ctx.error_at(
+            where,
+            f"the Modbus TCP server needs device.codec modbus-rtu or modbus-tcp (got {codec}); "
+            "set modbus.listen: null",
+        )
+    else:
+        ctx.error_at(
+            where,
+            "the Modbus TCP server front is not in this version of verld yet; "
+            "set modbus.listen: null (Modbus clients reach the bus through the API's call op)",
+        )
 
 
 def _check_encodable(config: Config, ctx: Context) -> None:

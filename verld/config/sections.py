@@ -27,6 +27,7 @@ from verld.config.model import (
     LineConfig,
     LogConfig,
     MetricsConfig,
+    ModbusConfig,
     ReconnectConfig,
     RoleList,
     RolesConfig,
@@ -93,6 +94,18 @@ _API = Section(
         "roles": Section(RolesConfig, {"observer": _ROLE, "controller": _ROLE, "admin": _ROLE}),
     },
 )
+_MODBUS = Section(
+    ModbusConfig,
+    {
+        "listen": leaves.optional(leaves.listen),
+        "max_connections": _POSITIVE,
+        "read_only": leaves.boolean,
+        "idle_timeout": leaves.seconds(zero_ok=False),
+        "turnaround": leaves.seconds(zero_ok=True),
+        "offline_after": _POSITIVE,
+        "offline_backoff": leaves.seconds(zero_ok=True),
+    },
+)
 _LOG = Section(
     LogConfig,
     {"level": leaves.choice(LOG_LEVELS, str.upper), "format": leaves.choice(LOG_FORMATS)},
@@ -103,6 +116,7 @@ _SECTIONS = {
     "reconnect": _RECONNECT,
     "api": _API,
     "metrics": Section(MetricsConfig, {"listen": leaves.optional(leaves.listen)}),
+    "modbus": _MODBUS,
     "log": _LOG,
 }
 

@@ -12,11 +12,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from verld import journal
-from verld.client import Client
+from verld.client import Client, ClientError, Unreachable
+from verld.ctl import modbus
 from verld.ctl.codes import Usage
 from verld.ctl.inhibit import cmd_inhibit
 from verld.ctl.ping import cmd_ping
 from verld.ctl.render import (
+    Decoder,
     emit,
     hexdump,
     render_event,
@@ -86,7 +88,21 @@ def cmd_events(c: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(c: Client, args: argparse.Namespace) -> int:
-    return _stream(c, args, ["wire"] if args.raw else ["traffic"], render_traffic)
+    if args.raw:
+        return _stream(c, args, ["wire"], render_traffic)
+    decode = _traffic_decoder(c)
+    return _stream(c, args, ["traffic"], lambda ev: render_traffic(ev, decode=decode))
+
+
+def _traffic_decoder(c: Client) -> Decoder | None:
+    """The payload reader for the device's codec as `hello` names it (modbus only), else None."""
+    try:
+        codec = c.hello()["device"]["codec"]
+    except Unreachable:
+        raise
+    except (ClientError, KeyError, TypeError):
+        return None  # no codec named: every line as on any other codec
+    return modbus.describe if modbus.is_modbus(codec) else None
 
 
 def _level_filter(args: argparse.Namespace) -> Callable[[Record], bool]:

@@ -3,6 +3,8 @@
 `emit` picks the form (`--json`); the `render_*` functions turn a status reply,
 an event, a log record or a `monitor` traffic event into text. Anything that came
 from a device or a client goes through `safe` (control characters escaped).
+`render_traffic` takes an optional `Decoder` that reads a frame's payload out as
+text (`verld.ctl.modbus.describe` on the modbus codecs).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import base64
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from verld.client import Reply
 
@@ -20,6 +22,15 @@ _CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), *range(127, 160))}  # C0, DEL
 _CONTROL.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
 
 Rows = list[tuple[str, str]]
+
+#: the columns of a `units` row of `status`, in order
+UNIT_COLUMNS = ("calls", "ok", "exceptions", "timeouts")
+
+
+class Decoder(Protocol):
+    """Reads a traffic payload out as one line (`request`: sent to the device)."""
+
+    def __call__(self, data: bytes, *, request: bool) -> str: ...
 
 
 def safe(text: object) -> str:
@@ -107,8 +118,30 @@ def _inhibit_row(inhibit: dict[str, Any] | None) -> str:
     return f"{who}{name} since {since}"
 
 
+def _unit_rows(units: object) -> Rows:
+    """Per-unit counters (modbus codecs): a `units` row, then one aligned row per unit.
+
+    Absent or null (other codecs): no rows; an empty list: `units none yet`.
+    """
+    if not isinstance(units, list):
+        return []
+    entries = [u for u in units if isinstance(u, dict)]
+    if not entries:
+        return [("units", "none yet")]
+    cells = [[safe(u.get(k, "-")) for k in UNIT_COLUMNS] for u in entries]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(UNIT_COLUMNS))]
+    offline = sum(1 for u in entries if u.get("offline"))
+    rows = [("units", f"{len(entries)}" + (f" ({offline} offline)" if offline else ""))]
+    for u, row in zip(entries, cells, strict=True):
+        line = "  ".join(f"{k} {v:<{w}}" for k, v, w in zip(UNIT_COLUMNS, row, widths, strict=True))
+        if u.get("offline"):
+            line += "  OFFLINE"
+        rows.append((f"unit {safe(u.get('unit', '?'))}", line.rstrip()))
+    return rows
+
+
 def render_status(st: dict[str, Any]) -> str:
-    """The `status` table."""
+    """The `status` table (with per-unit rows after the others when `units` is a list)."""
     c = st["counters"]
     rows = [
         *_link_rows(st),
@@ -118,6 +151,7 @@ def render_status(st: dict[str, Any]) -> str:
         ("reconnects", str(c["reconnects"])),
         ("lease", "none" if not st.get("lease") else json.dumps(st["lease"])),
         ("inhibit", _inhibit_row(st.get("inhibit"))),
+        *_unit_rows(st.get("units")),
     ]
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
 
@@ -170,8 +204,13 @@ def render_record(rec: dict[str, Any]) -> str:
 
 
 # --- monitor -----------------------------------------------------------------------
-def render_traffic(ev: dict[str, Any]) -> str:
-    """One protocol-analyser line (plus a hex/ASCII dump for payloads)."""
+def render_traffic(ev: dict[str, Any], *, decode: Decoder | None = None) -> str:
+    """One protocol-analyser line (plus a hex/ASCII dump for payloads).
+
+    With `decode`, a `traffic` line's head is followed by the payload's reading
+    (what was sent as a request, what came back as a response); `wire` events and
+    the dump are the same either way.
+    """
     t = float(ev.get("t", 0.0))
     when = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1e6):06d}"
     arrow = "->" if ev.get("dir") == "tx" else "<-"
@@ -181,4 +220,6 @@ def render_traffic(ev: dict[str, Any]) -> str:
     seq = "-" if ev.get("seq") is None else str(ev["seq"])
     status = "" if ev.get("status") is None else f" status=0x{ev['status']:02x}"
     head = f"{when} {arrow} {ev.get('kind', '?'):<7} seq={seq:<5} len={len(data)}{status}"
+    if decode is not None:
+        head = f"{head}  {safe(decode(data, request=ev.get('dir') == 'tx'))}"
     return f"{head}\n{hexdump(data)}" if data else head

@@ -213,6 +213,6 @@ class ApiServer:
         return st
 
     def metrics_text(self) -> str:
-        return prometheus_text(
-            self.status(), self.core.session.stats.latency, self.core.front_calls()
-        )
+        session = self.core.session
+        units = None if session.bus is None else session.bus.unit_calls()
+        return prometheus_text(self.status(), session.stats.latency, self.core.front_calls(), units)

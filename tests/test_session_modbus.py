@@ -1,0 +1,417 @@
+"""The session on the Modbus codecs, with no event loop: a manual clock, a recording wire.
+
+What the session writes is split into RTU (or MBAP) requests, answered by verld-sim's
+sans-I/O `ModbusSlave` when the test says so; time moves only by `clock.advance`.
+The behaviours are DESIGN.md's: `bad_request` for what is not Modbus, exceptions as
+`device_error`, broadcast, the 3.5-character gap, call timeouts that do not count
+toward the heartbeat, offline units and round-robin by unit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from verld.calls import Call, CallResult
+from verld.codec.modbus import crc16, mbap_frame, rtu_frame, rtu_request_length
+from verld.codec.select import make_codec
+from verld.config import parse_config
+from verld.link import LinkState
+from verld.metrics import prometheus_text
+from verld.session import Session
+from verld.sim.modbus import ModbusSlave
+from verld.stats import session_status
+from verld.testing import ManualClock
+
+RTU = """
+device: {port: /dev/fake, codec: modbus-rtu, baudrate: 9600}
+heartbeat: {interval: 0}
+"""
+READ = bytes.fromhex("010300000002")  # unit 1: holding registers 0..1
+GAP_9600 = 3.5 * 10 / 9600  # 3.5 characters of 8N1 at 9600 baud
+
+
+class RtuWire:
+    """A LinkTransport keeping the RTU requests the session wrote (CRC checked)."""
+
+    def __init__(self) -> None:
+        self.tap: Any = None
+        self.bytes_tx = self.bytes_rx = 0
+        self.closed = False
+        self.requests: list[bytes] = []  # unit + PDU
+
+    def write(self, data: bytes) -> None:
+        self.bytes_tx += len(data)
+        while data:
+            n = rtu_request_length(data) or len(data)
+            frame, data = data[:n], data[n:]
+            assert crc16(frame[:-2]) == frame[-2] | frame[-1] << 8, frame.hex()
+            self.requests.append(frame[:-2])
+
+    def poll(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class TcpWire(RtuWire):
+    """The same for MBAP frames: (transaction id, unit + PDU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[tuple[int, bytes]] = []
+
+    def write(self, data: bytes) -> None:
+        self.bytes_tx += len(data)
+        while data:
+            length = int.from_bytes(data[4:6], "big")
+            tid, body, data = (
+                int.from_bytes(data[:2], "big"),
+                data[6 : 6 + length],
+                data[6 + length :],
+            )
+            self.frames.append((tid, body))
+            self.requests.append(body)
+
+
+class Rig:
+    """A Modbus session on a manual clock, the wire, and a slave to answer from."""
+
+    def __init__(self, config: str = RTU, units: tuple[int, ...] = (1, 2)) -> None:
+        self.clock = ManualClock(100.0)
+        self.cfg = parse_config(config)
+        self.tcp = self.cfg.device.codec == "modbus-tcp"
+        self.session = Session(
+            self.cfg, make_codec(self.cfg), "/dev/fake", clock=self.clock,
+            on_event=lambda *_: None, on_link=lambda _: None,
+        )  # fmt: skip
+        self.lost = 0
+        self.session.on_lost = self._lost
+        self.wire: RtuWire = TcpWire() if self.tcp else RtuWire()
+        self.slave = ModbusSlave(units)
+
+    def _lost(self) -> None:
+        self.lost += 1
+
+    def connect(self) -> None:
+        s = self.session
+        s.announce(s.link.attempt(self.clock.time()))
+        s.attach(self.wire)
+        s.came_up()
+
+    def call(self, payload: bytes, owner: str = "me", **kw: Any) -> list[CallResult]:
+        results: list[CallResult] = []
+        kw.setdefault("timeout", self.cfg.device.timeout)
+        kw.setdefault("retry", self.cfg.device.retry)
+        self.session.submit(Call(owner, payload, results.append, **kw))
+        return results
+
+    def answer(self) -> int:
+        """The slave answers every request written so far (silent units stay silent)."""
+        answered = 0
+        if self.tcp:
+            assert isinstance(self.wire, TcpWire)
+            frames, self.wire.frames, self.wire.requests = self.wire.frames, [], []
+            for tid, body in frames:
+                response = self.slave.handle(body)
+                if response is not None:
+                    self.session.link_data(mbap_frame(tid, response))
+                    answered += 1
+            return answered
+        pending, self.wire.requests = self.wire.requests, []
+        for request in pending:
+            response = self.slave.handle(request)
+            if response is not None:
+                self.session.link_data(rtu_frame(response))
+                answered += 1
+        return answered
+
+
+def up(config: str = RTU, units: tuple[int, ...] = (1, 2)) -> Rig:
+    rig = Rig(config, units)
+    rig.connect()
+    return rig
+
+
+class TestCalls:
+    def test_a_read_goes_out_as_an_rtu_frame_and_returns_unit_and_pdu(self) -> None:
+        """Call data is unit + PDU; the reply's data is the slave's unit + PDU, status 0."""
+        rig = up()
+        results = rig.call(READ)
+        assert rig.wire.requests == [READ]
+        rig.answer()
+        assert [(r.error, r.status, r.data.hex()) for r in results] == [
+            (None, 0, "0103040000" + "0001")
+        ]
+
+    def test_an_exception_is_a_device_error_with_its_code(self) -> None:
+        """Out of range: exception 02 → device_error, status 2, data unit + fc|0x80 + code."""
+        rig = up()
+        results = rig.call(bytes.fromhex("010300c80001"))  # register 200 of 100
+        rig.answer()
+        (r,) = results
+        assert (r.error, r.status, r.data.hex()) == ("device_error", 2, "018302")
+        assert "illegal data address" in r.message
+
+    def test_exception_code_ff_is_a_device_error_not_a_remote_failure(self) -> None:
+        """On Modbus 0xFF is an exception code like any other."""
+        rig = up()
+        results = rig.call(READ)
+        rig.wire.requests.clear()
+        rig.session.link_data(rtu_frame(bytes.fromhex("0183ff")))
+        assert [(r.error, r.status) for r in results] == [("device_error", 0xFF)]
+
+    @pytest.mark.parametrize(
+        "payload",
+        [
+            b"",
+            b"\x01",
+            bytes.fromhex("f80300000001"),
+            bytes.fromhex("0183"),
+            b"\x01\x03" + bytes(253),
+        ],
+        ids=["empty", "unit-only", "unit-248", "exception-fc", "pdu-254"],
+    )
+    def test_what_is_not_a_modbus_request_is_a_bad_request(self, payload: bytes) -> None:
+        """Too short, a unit above 247 on RTU, fc 0x80+, a PDU over 253 bytes: bad_request."""
+        rig = up()
+        results = rig.call(payload)
+        assert [r.error for r in results] == ["bad_request"] and rig.wire.requests == []
+
+    def test_modbus_tcp_passes_units_above_247(self) -> None:
+        """On modbus-tcp units 0..255 are all ordinary."""
+        rig = up("device: {port: 'tcp://127.0.0.1:502', codec: modbus-tcp}\n", units=(255,))
+        results = rig.call(bytes.fromhex("ff0300000001"))
+        rig.answer()
+        assert [r.error for r in results] == [None]
+
+    def test_modbus_tcp_pipelines_with_the_seq_as_transaction_id(self) -> None:
+        """Up to `window` calls go out at once, each MBAP transaction id its seq."""
+        rig = up("device: {port: 'tcp://127.0.0.1:502', codec: modbus-tcp, window: 4}\n")
+        results = [rig.call(READ, owner=f"c{i}") for i in range(6)]
+        assert isinstance(rig.wire, TcpWire)
+        assert [tid for tid, _ in rig.wire.frames] == [0, 1, 2, 3]
+        rig.answer()
+        rig.answer()
+        assert [r[0].error for r in results] == [None] * 6
+
+
+class TestBroadcast:
+    def test_a_broadcast_succeeds_after_the_turnaround_with_no_data(self) -> None:
+        """Unit 0 on RTU: written, nothing read; ok with empty data after turnaround."""
+        rig = up(RTU + "modbus: {turnaround: 0.2}\n")
+        results = rig.call(bytes.fromhex("000600010007"))
+        assert rig.wire.requests == [bytes.fromhex("000600010007")]
+        rig.clock.advance(0.199)
+        assert results == []
+        rig.clock.advance(0.002)
+        assert [(r.error, r.status, r.data) for r in results] == [(None, 0, b"")]
+
+    def test_nothing_else_goes_out_during_the_turnaround(self) -> None:
+        """The bus is the broadcast's until the turnaround ends."""
+        rig = up()
+        rig.call(bytes.fromhex("000600010007"))
+        rig.call(READ, owner="other")
+        assert len(rig.wire.requests) == 1
+        rig.clock.advance(0.1 + GAP_9600)
+        assert rig.wire.requests[-1] == READ
+
+    def test_a_broadcast_is_not_retried_and_bytes_meanwhile_are_noise(self) -> None:
+        """Whatever comes during the turnaround cannot be the broadcast's reply."""
+        rig = up()
+        results = rig.call(bytes.fromhex("000600010007"), retry=3)
+        rig.session.link_data(rtu_frame(bytes.fromhex("000600010007")))
+        rig.clock.advance(0.2)
+        assert [r.data for r in results] == [b""]
+        assert len(rig.wire.requests) == 1 and rig.session.codec.bad_frames == 1
+
+
+class TestTiming:
+    def test_a_request_waits_for_three_and_a_half_characters_after_a_reply(self) -> None:
+        """At 9600 baud the next request goes 3.65 ms after the last reply byte."""
+        rig = up()
+        rig.call(READ)
+        second = rig.call(READ, owner="other")
+        rig.answer()
+        assert rig.wire.requests == []  # the reply's end is too recent
+        rig.clock.advance(GAP_9600 - 0.0005)
+        assert rig.wire.requests == []
+        rig.clock.advance(0.001)
+        assert rig.wire.requests == [READ]
+        rig.answer()
+        assert [r.error for r in second] == [None]
+
+    def test_above_19200_baud_the_gap_is_1_75_ms(self) -> None:
+        """The fixed 1.75 ms of the Modbus serial line spec above 19200 baud."""
+        rig = up(RTU.replace("9600", "115200"))
+        rig.call(READ)
+        rig.call(READ, owner="other")
+        rig.answer()
+        rig.clock.advance(0.0017)
+        assert rig.wire.requests == []
+        rig.clock.advance(0.0001)
+        assert rig.wire.requests == [READ]
+
+    def test_a_reply_of_unknown_length_ends_when_the_line_falls_quiet(self) -> None:
+        """fc 0x2B's reply length is not in its bytes: 3.5 characters of silence end it."""
+        rig = up()
+        results = rig.call(bytes.fromhex("012b0e0100"))
+        rig.session.link_data(rtu_frame(bytes.fromhex("012b0e0101000001000356")))
+        assert results == []
+        rig.clock.advance(GAP_9600 + 0.0001)
+        assert [(r.error, r.data.hex()) for r in results] == [(None, "012b0e0101000001000356")]
+
+
+class TestSilentUnits:
+    def test_call_timeouts_do_not_make_the_link_dead(self) -> None:
+        """With misses 1, ten calls to a silent unit time out and the link stays up."""
+        config = RTU.replace("{interval: 0}", "{interval: 0, misses: 1}")
+        rig = up(config + "modbus: {offline_after: 100}\n")
+        for _ in range(10):
+            results = rig.call(bytes.fromhex("090300000001"), retry=0)
+            rig.clock.advance(0.5 + 0.2)
+            assert [r.error for r in results] == ["timeout"]
+        assert rig.session.link.state is LinkState.UP and rig.lost == 0
+
+    def test_a_unit_goes_offline_after_three_calls_and_fails_at_once(self) -> None:
+        """Three calls whose every try timed out: the fourth fails at once, unit N offline."""
+        rig = up()
+        for _ in range(3):
+            rig.call(bytes.fromhex("090300000001"))
+            rig.clock.advance(2.0)
+        sent = len(rig.wire.requests)
+        results = rig.call(bytes.fromhex("090300000001"))
+        assert [(r.error, r.message) for r in results] == [("timeout", "unit 9 offline")]
+        assert len(rig.wire.requests) == sent
+
+    def test_after_the_backoff_one_call_probes_and_a_reply_brings_the_unit_back(self) -> None:
+        """Backoff over: one call goes out (no retry); the slave answering clears offline."""
+        rig = up(units=(1,))
+        for _ in range(3):
+            rig.call(bytes.fromhex("020300000001"))
+            rig.clock.advance(2.0)
+        rig.wire.requests.clear()
+        rig.clock.advance(5.0)
+        rig.slave = ModbusSlave((1, 2))  # unit 2 is back
+        probe = rig.call(bytes.fromhex("020300000001"))
+        meanwhile = rig.call(bytes.fromhex("020300000001"), owner="other")
+        assert [r.message for r in meanwhile] == ["unit 2 offline"]
+        rig.answer()
+        assert [r.error for r in probe] == [None]
+        assert rig.session.bus is not None and not rig.session.bus.units[2].offline
+
+    def test_a_failed_probe_backs_off_again(self) -> None:
+        """A probe that times out: calls fail at once for another backoff."""
+        rig = up(units=(1,))
+        for _ in range(3):
+            rig.call(bytes.fromhex("020300000001"))
+            rig.clock.advance(2.0)
+        rig.clock.advance(5.0)
+        probe = rig.call(bytes.fromhex("020300000001"))
+        rig.clock.advance(0.6)
+        assert [r.error for r in probe] == ["timeout"]
+        rig.clock.advance(4.0)
+        assert [r.message for r in rig.call(bytes.fromhex("020300000001"))] == ["unit 2 offline"]
+
+    def test_an_exception_reply_keeps_a_unit_online(self) -> None:
+        """Any reply, exception included, resets the count toward offline."""
+        rig = up()
+        for _ in range(2):
+            rig.call(bytes.fromhex("090300000001"))
+            rig.clock.advance(2.0)
+        rig.call(bytes.fromhex("090300000001"))
+        rig.wire.requests.clear()
+        rig.session.link_data(rtu_frame(bytes.fromhex("098304")))
+        rig.clock.advance(0.1)
+        for _ in range(2):
+            rig.call(bytes.fromhex("090300000001"))
+            rig.clock.advance(2.0)
+        assert rig.session.bus is not None and not rig.session.bus.units[9].offline
+
+    def test_queued_calls_to_a_unit_that_goes_offline_fail_at_once(self) -> None:
+        """The third timeout takes the unit offline: its waiting calls end then, not later."""
+        rig = up()
+        waiting = [
+            rig.call(bytes.fromhex("090300000001"), owner=f"c{i}", retry=0) for i in range(6)
+        ]
+        rig.clock.advance(3 * (0.5 + 0.1) + 0.05)  # three tries, each with its guard
+        assert [r[0].message if r else None for r in waiting[3:]] == ["unit 9 offline"] * 3
+
+    def test_a_silent_unit_costs_another_unit_at_most_one_try(self) -> None:
+        """One client floods a silent unit; another's call to unit 1 goes after one try."""
+        rig = up(RTU + "modbus: {offline_after: 100}\n")
+        for _ in range(5):
+            rig.call(bytes.fromhex("090300000001"), owner="flood")
+        results = rig.call(READ, owner="poller")
+        rig.clock.advance(0.5 + 0.1 + GAP_9600)  # one try of unit 9, then the guard
+        assert rig.wire.requests[-1] == READ
+        rig.answer()
+        assert [r.error for r in results] == [None]
+
+    def test_a_retry_goes_to_the_back_of_its_units_turn(self) -> None:
+        """Unit 9's retry waits while unit 1's queued call goes first."""
+        rig = up()
+        rig.call(bytes.fromhex("090300000001"), retry=1)
+        rig.call(READ, owner="other")
+        rig.clock.advance(0.5 + 0.1 + 0.01)
+        assert rig.wire.requests[1:] == [READ]
+        rig.answer()
+        rig.clock.advance(0.01)
+        assert rig.wire.requests == [bytes.fromhex("090300000001")]
+        assert rig.session.counters.retries == 1
+
+    def test_under_load_to_silent_units_a_heartbeat_ping_finds_a_dead_port(self) -> None:
+        """No reply for an interval while calls keep going: the ping queues, times out,
+        and `misses` of them take the link down."""
+        beat = "{interval: 1.0, misses: 2, timeout: 0.3, payload: '010300000001'}"
+        rig = up(RTU.replace("{interval: 0}", beat) + "modbus: {offline_after: 1000}\n")
+        for _ in range(40):
+            rig.call(bytes.fromhex("090300000001"), retry=0)
+        rig.clock.advance(8.0)
+        assert rig.session.link.state is LinkState.DOWN and rig.lost == 1
+        assert rig.session.counters.pings >= 2
+
+
+class TestFigures:
+    def test_status_units_counts_each_outcome(self) -> None:
+        """status.units: calls, ok, exceptions, timeouts (offline ones too), offline."""
+        rig = up()
+        rig.call(READ)
+        rig.answer()
+        rig.clock.advance(0.01)
+        rig.call(bytes.fromhex("010300c80001"))
+        rig.answer()
+        for _ in range(4):
+            rig.call(bytes.fromhex("090300000001"))
+            rig.clock.advance(2.0)
+        units = session_status(rig.session)["units"]
+        assert units == [
+            {"unit": 1, "calls": 2, "ok": 1, "exceptions": 1, "timeouts": 0, "offline": False},
+            {"unit": 9, "calls": 4, "ok": 0, "exceptions": 0, "timeouts": 4, "offline": True},
+        ]
+
+    def test_metrics_count_unit_calls_by_outcome(self) -> None:
+        """verld_modbus_unit_calls_total{unit,outcome} and the offline gauge."""
+        rig = up()
+        rig.call(READ)
+        rig.answer()
+        for _ in range(4):
+            rig.call(bytes.fromhex("090300000001"))
+            rig.clock.advance(2.0)
+        assert rig.session.bus is not None
+        st = session_status(rig.session)
+        st.update(inhibit=None, clients=0)
+        text = prometheus_text(st, rig.session.stats.latency, {}, rig.session.bus.unit_calls())
+        assert 'verld_modbus_unit_calls_total{unit="1",outcome="ok"} 1' in text
+        assert 'verld_modbus_unit_calls_total{unit="9",outcome="timeout"} 3' in text
+        assert 'verld_modbus_unit_calls_total{unit="9",outcome="offline"} 1' in text
+        assert 'verld_modbus_unit_offline{unit="9"} 1' in text
+
+    def test_other_codecs_have_no_units(self) -> None:
+        """status.units exists only on the Modbus codecs."""
+        cfg = parse_config("device: {port: /dev/fake}\n")
+        s = Session(cfg, make_codec(cfg), "/dev/fake", clock=ManualClock(),
+                    on_event=lambda *_: None, on_link=lambda _: None)  # fmt: skip
+        assert "units" not in session_status(s) and s.bus is None
