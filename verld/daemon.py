@@ -305,10 +305,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fmt = logs.setup(cfg.log.level, cfg.log.format)
     if fmt == "console" and cfg.device.port == "sim" and not os.environ.get("LISTEN_FDS"):
+        # (Modbus: unit 1 reads holding registers 0 and 1)
+        example = "010300000002" if cfg.device.codec.startswith("modbus") else "01aabb"
         print(
             f"verld: demo on the simulated device; in another shell try:\n"
             f"  tools/verlctl --socket {cfg.api.socket} status\n"
-            f"  tools/verlctl --socket {cfg.api.socket} call --hex 01aabb\n",
+            f"  tools/verlctl --socket {cfg.api.socket} call --hex {example}\n",
             file=sys.stderr,
         )
     try:

@@ -361,7 +361,7 @@ def make_personality(
     if codec in ("modbus-rtu", "modbus-tcp"):
         from verld.sim import modbus  # it builds on this module's Request and Response
 
-        slave = modbus.ModbusSlave(units)
+        slave = modbus.ModbusSlave(units, broadcast=codec == "modbus-rtu")
         if codec == "modbus-rtu":
             return modbus.ModbusRtuPersonality(slave)
         return modbus.ModbusTcpPersonality(slave)

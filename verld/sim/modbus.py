@@ -111,21 +111,36 @@ def _addr_count(data: bytes, most: int, *, exact: bool = False) -> tuple[int, in
     return address, count
 
 
+_WRITES = frozenset({0x05, 0x06, 0x0F, 0x10})  #: the function codes a broadcast may carry
+
+
 class ModbusSlave:
     """The register maps of the served units; `handle` answers one request."""
 
-    def __init__(self, units: Iterable[int] = (1,), size: int = SIZE) -> None:
+    def __init__(
+        self, units: Iterable[int] = (1,), size: int = SIZE, *, broadcast: bool = False
+    ) -> None:
         self.units = {unit: Unit(size) for unit in units}
+        self.broadcast = broadcast  #: RTU: unit 0 is every unit, and nobody answers
 
     def handle(self, request: bytes) -> bytes | None:
         """The response (unit + PDU) to `request` (unit + PDU), or None: stay silent.
 
         Silent for a unit not served and for a request without a function code
-        in 1..127; exception 01 for a function code other than 1–6, 15, 16.
+        in 1..127; exception 01 for a function code other than 1–6, 15, 16. With
+        `broadcast` (RTU), a write to unit 0 is done by every unit, unanswered.
         """
         if len(request) < 2 or not 1 <= request[1] <= 0x7F:
             return None
         unit_id, fc, data = request[0], request[1], request[2:]
+        if unit_id == 0 and self.broadcast:
+            if fc in _WRITES:
+                for unit in self.units.values():
+                    try:
+                        self._run(unit, fc, data)
+                    except ModbusError:
+                        pass  # (no answer to say so: a broadcast is never answered)
+            return None
         unit = self.units.get(unit_id)
         if unit is None:
             return None
