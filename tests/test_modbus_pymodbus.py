@@ -43,7 +43,7 @@ class Bench:
                     "misses": 2,
                     "timeout": 0.3,
                     "payload": "010300000001",
-                },  # fmt: skip
+                },
                 "modbus": {"offline_after": 3, "offline_backoff": 1.0, **modbus},
             },
         )

@@ -135,9 +135,9 @@ class ModbusSlave:
         unit_id, fc, data = request[0], request[1], request[2:]
         if unit_id == 0 and self.broadcast:
             if fc in _WRITES:
-                for unit in self.units.values():
+                for each in self.units.values():
                     try:
-                        self._run(unit, fc, data)
+                        self._run(each, fc, data)
                     except ModbusError:
                         pass  # (no answer to say so: a broadcast is never answered)
             return None
