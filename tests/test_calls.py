@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from verld.calls import Call, CallResult, FairQueue
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from verld.calls import Call, CallResult, FairQueue, LaneQueue
 
 
 def call(owner: str, tag: str = "") -> Call:
@@ -104,3 +107,81 @@ class TestLease:
         admit_push(q, c)
         q.remove(c)
         assert not q.ready() and len(q) == 0 and q.take(1) == []
+
+
+def unit_call(owner: str, unit: int, tag: str = "") -> Call:
+    c = call(owner, tag)
+    c.unit = unit
+    return c
+
+
+class TestLanes:
+    def test_units_take_turns_before_owners(self) -> None:
+        """One owner's backlog on unit 9 does not hold unit 1's call: lanes alternate."""
+        q = LaneQueue(100, 100)
+        for i in range(3):
+            admit_push(q, unit_call("flood", 9, f"f{i}"))
+        admit_push(q, unit_call("poller", 1, "p0"))
+        assert [c.payload.decode() for c in q.take(3)] == ["f0", "p0", "f1"]
+
+    def test_owners_take_turns_within_a_unit(self) -> None:
+        """Two owners on one unit alternate there, as in a FairQueue."""
+        q = LaneQueue(100, 100)
+        for i in range(2):
+            admit_push(q, unit_call("a", 1, f"a{i}"))
+            admit_push(q, unit_call("b", 1, f"b{i}"))
+        assert [c.payload.decode() for c in q.take(4)] == ["a0", "b0", "a1", "b1"]
+
+    def test_a_retry_is_first_of_its_unit_but_its_unit_goes_last(self) -> None:
+        """Pushed back to the front: before its owner's next call, after other units."""
+        q = LaneQueue(100, 100)
+        admit_push(q, unit_call("a", 9, "a1"))
+        admit_push(q, unit_call("b", 1, "b0"))
+        retry = unit_call("a", 9, "a0")
+        assert q.admit(retry) is None
+        q.push(retry, front=True)
+        assert [c.payload.decode() for c in q.take(3)] == ["b0", "a0", "a1"]
+
+    def test_push_next_goes_before_everything(self) -> None:
+        """A heartbeat ping queued with push_next is taken first."""
+        q = LaneQueue(100, 100)
+        admit_push(q, unit_call("a", 1, "a0"))
+        q.push_next(unit_call("ping", 1, "ping"))
+        assert [c.payload.decode() for c in q.take(2)] == ["ping", "a0"]
+
+    def test_a_lease_takes_only_the_holders_calls_across_units(self) -> None:
+        """While leased, only the holder's calls come out, whatever their unit."""
+        q = LaneQueue(100, 100)
+        admit_push(q, unit_call("other", 1, "o0"))
+        admit_push(q, unit_call("holder", 2, "h0"))
+        admit_push(q, unit_call("holder", 3, "h1"))
+        q.exclusive = "holder"
+        assert [c.payload.decode() for c in q.take(5)] == ["h0", "h1"]
+        assert q.ready() is False and len(q) == 1
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 4), st.booleans()),
+                    max_size=40), st.integers(1, 5))  # fmt: skip
+    def test_every_call_comes_out_once_in_owner_order_per_unit(
+        self, pushes: list[tuple[str, int, bool]], batch: int
+    ) -> None:
+        """Whatever is pushed (and dropped), each call is taken at most once, and one
+        owner's calls to one unit keep their order."""
+        q = LaneQueue(1000, 1000)
+        pushed: list[Call] = []
+        for i, (owner, unit, drop_b) in enumerate(pushes):
+            c = unit_call(owner, unit, str(i))
+            admit_push(q, c)
+            pushed.append(c)
+            if drop_b and owner == "b":
+                q.drop_owner("b")
+        taken: list[Call] = []
+        while q.ready():
+            taken += q.take(batch)
+        assert len(q) == 0 and len({id(c) for c in taken}) == len(taken)
+        waiting = {id(c) for c in taken}
+        for owner in "abc":
+            for unit in range(1, 5):
+                order = [int(c.payload) for c in taken if (c.owner, c.unit) == (owner, unit)]
+                assert order == sorted(order)
+        assert all(not c.queued for c in pushed) and waiting <= {id(c) for c in pushed}

@@ -4,8 +4,7 @@ With `device.codec: modbus-rtu` or `modbus-tcp`, a call's data is the unit id
 (1 byte) and the Modbus PDU (function code + data); the reply's data is the
 unit and the response PDU. An exception response (function code | 0x80, then
 the exception code) comes back with `status` = the exception code and the
-error `device_error` (a verld that maps status 0xFF to `remote_failure` does so
-for exception code 0xFF too). Either way the reply carries a status, so
+error `device_error` (code 0xFF included). The reply carries a status, so
 `Client.call` returns it as a `Reply`; it raises `ClientError` only for API
 errors (timeout, link_down, busy, bad_request, ...).
 
