@@ -34,6 +34,8 @@ clean:
 # the units' ExecStart= is rewritten to $(PREFIX)/bin/verld), docs and example
 # config under $(PREFIX)/share/doc/verld, and /etc/verld/verld.yaml unless one
 # exists. DESTDIR stages the whole tree for a package. See docs/deploy.md.
+# The Modbus TCP sockets (verld-modbus.socket, verld-modbus@.socket) are installed with
+# the units; nothing is enabled.
 # pip runs with --ignore-installed: it never touches $(PYTHON)'s own environment
 # (a checkout's editable install stays) and puts missing dependencies under PREFIX
 # too; PIPFLAGS=--no-deps leaves them to the distribution.
@@ -49,7 +51,8 @@ install:
 	install -d $(SYSTEMD_LIB)/systemd/system $(SYSTEMD_LIB)/udev/rules.d \
 		$(SYSTEMD_LIB)/sysusers.d $(SYSTEMD_LIB)/tmpfiles.d \
 		$(DESTDIR)$(PREFIX)/share/doc/verld $(DESTDIR)/etc/verld
-	for unit in verld.service verld.socket verld@.service; do \
+	for unit in verld.service verld.socket verld@.service \
+			verld-modbus.socket verld-modbus@.socket; do \
 		sed 's|/usr/bin/verld|$(PREFIX)/bin/verld|' systemd/$$unit \
 			> $(SYSTEMD_LIB)/systemd/system/$$unit || exit 1; \
 		chmod 0644 $(SYSTEMD_LIB)/systemd/system/$$unit; \

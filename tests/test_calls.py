@@ -185,3 +185,21 @@ class TestLanes:
                 order = [int(c.payload) for c in taken if (c.owner, c.unit) == (owner, unit)]
                 assert order == sorted(order)
         assert all(not c.queued for c in pushed) and waiting <= {id(c) for c in pushed}
+
+    def test_a_turn_serves_each_owner_of_the_lane_once(self) -> None:
+        """Two owners on unit 1: both before unit 9's call, then unit 1 again."""
+        q = LaneQueue(100, 100)
+        admit_push(q, unit_call("a", 1, "a0"))
+        admit_push(q, unit_call("b", 1, "b0"))
+        admit_push(q, unit_call("d", 9, "d0"))
+        admit_push(q, unit_call("a", 1, "a1"))
+        assert [c.payload.decode() for c in q.take(4)] == ["a0", "b0", "d0", "a1"]
+
+    def test_a_heavy_lanes_turn_is_one_call(self) -> None:
+        """Unit 9 silent: its two owners get one try a round between unit 1's calls."""
+        q = LaneQueue(100, 100, heavy=lambda unit: unit == 9)
+        for owner in ("d", "e"):
+            admit_push(q, unit_call(owner, 9, owner))
+        admit_push(q, unit_call("a", 1, "a0"))
+        admit_push(q, unit_call("a", 1, "a1"))
+        assert [c.payload.decode() for c in q.take(4)] == ["d", "a0", "e", "a1"]

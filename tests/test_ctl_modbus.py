@@ -505,3 +505,13 @@ class TestMonitorCommand:
         fake = FakeClient(hello_codec("modbus-rtu"), [])
         monitor(fake, capsys, raw=True)
         assert fake.ops == ["subscribe wire"]
+
+
+def test_unit_0_is_an_ordinary_unit_on_modbus_tcp() -> None:
+    """`rtu=False` (codec modbus-tcp): no broadcast label on unit 0."""
+    from verld.ctl.modbus import describe
+
+    assert describe(bytes.fromhex("000300000001"), request=True, rtu=False).startswith(
+        "unit 0 read"
+    )
+    assert "(broadcast)" in describe(bytes.fromhex("000600000001"), request=True)

@@ -9,6 +9,7 @@ toward the heartbeat, offline units and round-robin by unit.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -372,6 +373,41 @@ class TestSilentUnits:
         rig.clock.advance(8.0)
         assert rig.session.link.state is LinkState.DOWN and rig.lost == 1
         assert rig.session.counters.pings >= 2
+
+
+class TestHeartbeat:
+    BEAT = "{interval: 1.0, misses: 5, timeout: 0.3, payload: '010300000001'}"
+
+    def test_one_ping_at_a_time_under_load_to_a_silent_unit(self) -> None:
+        """Calls to a silent unit for seconds: one ping per interval, never two at once."""
+        rig = up(RTU.replace("{interval: 0}", self.BEAT) + "modbus: {offline_after: 1000}\n")
+        for _ in range(20):
+            rig.call(bytes.fromhex("090300000001"), retry=0)
+        sent: list[float] = []
+        for _ in range(800):
+            rig.clock.advance(0.01)
+            pings = sum(1 for r in rig.wire.requests if r == bytes.fromhex("010300000001"))
+            sent += [rig.clock.time()] * pings
+            rig.answer()  # the pings are answered at once; unit 9 stays silent
+        assert len(sent) >= 2
+        assert all(b - a >= 0.9 for a, b in itertools.pairwise(sent)), sent
+
+    def test_a_heartbeat_reply_brings_its_unit_back(self) -> None:
+        """Unit 1 drops three reads (offline), then answers the heartbeat: back online."""
+        rig = up(RTU.replace("{interval: 0}", self.BEAT.replace("1.0", "10.0")))
+        ping = bytes.fromhex("010300000001")
+        for _ in range(3):
+            rig.call(READ)
+            for _ in range(30):
+                rig.clock.advance(0.05)
+                rig.wire.requests = [r for r in rig.wire.requests if r == ping]  # reads dropped
+        bus = rig.session.bus
+        assert bus is not None and bus.units[1].offline
+        pings = rig.session.counters.pings
+        for _ in range(160):
+            rig.clock.advance(0.05)
+            rig.answer()  # the heartbeat, answered
+        assert bus.status()[0]["offline"] is False and rig.session.counters.pings > pings
 
 
 class TestFigures:

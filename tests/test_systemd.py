@@ -3,13 +3,17 @@
 sd_notify: the test binds its own datagram socket and sets NOTIFY_SOCKET.
 Socket activation: /usr/bin/systemd-socket-activate. Journal: a real
 systemd-journald in a private mount namespace (docs/deploy.md, §7), read back
-with journalctl. Reload and drain: signals to a real verld on verld-sim.
+with journalctl. Reload and drain: signals to a real verld on verld-sim. The Modbus
+TCP sockets (systemd/verld-modbus*.socket): systemd-analyze offline, then a real
+pymodbus master through a socket systemd-socket-activate passes as fd `modbus`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -25,7 +29,9 @@ from typing import Any
 
 import pytest
 import yaml
+from pymodbus.client import ModbusTcpClient
 from support import DaemonProc, SimProc, wait_for, write_config
+from test_units import TARGETS, offline, parse_unit
 
 from verld import journal
 from verld.client import Client, ClientError
@@ -285,6 +291,264 @@ class TestSocketActivation:
         assert v.stop() == 0
         after = path.stat()
         assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+
+
+# --- the Modbus TCP socket (verld-modbus.socket) -----------------------------------------
+UNITS = REPO / "systemd"
+MODBUS_SOCKETS = ("verld-modbus.socket", "verld-modbus@.socket")
+
+
+@pytest.fixture(scope="module")
+def units_with_modbus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """verld's units and the Modbus sockets in one directory, ExecStart= on a verld
+    that exists (systemd-analyze verify wants the binary)."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze not installed (package systemd): units not checked")
+    binary = Path(sys.executable).with_name("verld")
+    if not os.access(binary, os.X_OK):
+        pytest.skip(f"no {binary} to stand in for ExecStart's /usr/bin/verld")
+    d = tmp_path_factory.mktemp("units")
+    for name in ("verld.service", "verld.socket", "verld@.service", *MODBUS_SOCKETS):
+        text = (UNITS / name).read_text().replace("/usr/bin/verld", str(binary))
+        (d / name).write_text(text)
+    return d
+
+
+def _loopback(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    assert ipaddress.ip_address(host.strip("[]")).is_loopback, listen
+    return host, int(port)
+
+
+class TestModbusSocketUnits:
+    def test_units_verify_clean(self, units_with_modbus: Path) -> None:
+        """systemd-analyze verify has nothing to say about the sockets and their services."""
+        units = ["verld-modbus.socket", "verld-modbus@bench1.socket", "verld.service"]
+        run = offline(["systemd-analyze", "verify", *units], units_with_modbus)
+        assert (run.returncode, run.stdout + run.stderr) == (0, "")
+
+    def test_socket_passes_a_loopback_fd_named_modbus_to_verld(self) -> None:
+        """verld-modbus.socket: fd name `modbus`, 127.0.0.1:502, verld.service, loopback
+        peers only."""
+        u = parse_unit(UNITS / "verld-modbus.socket")
+        assert u["Socket.FileDescriptorName"] == ["modbus"]
+        (listen,) = u["Socket.ListenStream"]
+        assert _loopback(listen) == ("127.0.0.1", 502)
+        assert u["Socket.Service"] == ["verld.service"]
+        assert u["Socket.NoDelay"] == ["true"]
+        assert 0 < int(u["Socket.Backlog"][0]) <= 4096
+        assert (u["Socket.IPAddressDeny"], u["Socket.IPAddressAllow"]) == (["any"], ["localhost"])
+        assert u["Install.WantedBy"] == ["sockets.target"]
+
+    def test_template_socket_follows_its_instance_on_another_port(self) -> None:
+        """verld-modbus@.socket: verld@%i.service, bound to the adapter, a loopback port
+        that is not 502 (verld-modbus.socket's)."""
+        u = parse_unit(UNITS / "verld-modbus@.socket")
+        assert u["Socket.FileDescriptorName"] == ["modbus"]
+        assert u["Socket.Service"] == ["verld@%i.service"]
+        (listen,) = u["Socket.ListenStream"]
+        _, port = _loopback(listen)
+        assert port != 502
+        assert u["Unit.BindsTo"] == u["Unit.After"] == ["dev-verld-%i.device"]
+        assert u["Install.WantedBy"] == ["dev-verld-%i.device"]
+
+    def test_services_stay_off_the_network(self) -> None:
+        """The services take the socket as it is: still PrivateNetwork, AF_UNIX only, no
+        capabilities, and no Sockets= (it would open port 502 on every start)."""
+        for name in ("verld.service", "verld@.service"):
+            u = parse_unit(UNITS / name)
+            assert u["Service.PrivateNetwork"] == ["yes"], name
+            assert u["Service.RestrictAddressFamilies"] == ["AF_UNIX"], name
+            assert u["Service.CapabilityBoundingSet"] == [""], name
+            assert u["Service.AmbientCapabilities"] == [""], name
+            assert "Service.Sockets" not in u, name
+
+    def test_exposure_unchanged_beside_the_sockets(self, units_with_modbus: Path) -> None:
+        """systemd-analyze security --offline=true: the services' scores stay at or below
+        test_units.TARGETS (0.6 and 0.5) with the Modbus sockets installed."""
+        run = offline(
+            ["systemd-analyze", "security", "--offline=true", *TARGETS], units_with_modbus
+        )
+        scores = {
+            m[1]: float(m[2])
+            for m in re.finditer(r"Overall exposure level for (\S+): (\d+\.\d+)", run.stdout)
+        }
+        assert set(scores) == set(TARGETS), run.stdout + run.stderr
+        for unit, ceiling in TARGETS.items():
+            assert scores[unit] <= ceiling, scores
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def tcp_listening(port: int) -> bool:
+    """127.0.0.1:`port` accepts connections (/proc/net/tcp, without connecting)."""
+    (addr,) = struct.unpack("=I", socket.inet_aton("127.0.0.1"))
+    local = f"{addr:08X}:{port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local and fields[3] == "0A":  # TCP_LISTEN
+            return True
+    return False
+
+
+def modbus_config(tmp_path: Path, codec: str = "modbus-rtu") -> Path:
+    """verld on its built-in simulated device; modbus.listen null: the socket is passed."""
+    device = {"port": "sim", "codec": codec, "timeout": 1.0, "retry": 0}
+    modbus = {"modbus": {"listen": None}} if codec.startswith("modbus") else {}
+    return write_config(
+        tmp_path,
+        "sim",
+        {
+            "device": device,
+            "heartbeat": {"interval": 0},
+            "api": {"socket": str(tmp_path / "unused.sock")},
+            **modbus,
+        },
+    )
+
+
+def activate_modbus(
+    tmp_path: Path, config: Path, port: int, api: Path | None, *verld_args: str
+) -> Verld:
+    """systemd-socket-activate holding 127.0.0.1:`port` as fd `modbus` (and `api` as fd
+    `api`); verld is executed on the first connection to either."""
+    if not os.access(SOCKET_ACTIVATE, os.X_OK):
+        pytest.skip(f"{SOCKET_ACTIVATE} not installed (package systemd)")
+    listen = ["-l", f"127.0.0.1:{port}"]
+    names = ["modbus"]
+    if api is not None:
+        listen += ["-l", str(api)]
+        names.append("api")
+    argv = [
+        SOCKET_ACTIVATE,
+        *listen,
+        f"--fdname={':'.join(names)}",
+        "-E",
+        f"PYTHONPATH={REPO}",
+        *verld_argv(config, *verld_args),
+    ]
+    v = Verld(argv, tmp_path / "verld.log")
+    try:
+        wait_for(lambda: tcp_listening(port), 10, "systemd-socket-activate to listen")
+        if api is not None:
+            wait_for(lambda: listening(api), 10, "systemd-socket-activate on the API socket")
+    except BaseException:
+        v.stop()
+        raise
+    return v
+
+
+def modbus_master(port: int) -> ModbusTcpClient:
+    master = ModbusTcpClient("127.0.0.1", port=port, timeout=10, retries=0)
+    assert master.connect()  # type: ignore[no-untyped-call]
+    return master
+
+
+def wait_link_up(api: Path) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    def up() -> bool:
+        nonlocal seen
+        with Client(str(api), timeout=10) as c:
+            seen = c.status()
+        return bool(seen["link"]["state"] == "up")
+
+    wait_for(up, 15, lambda: f"the link up (last status {seen.get('link')})")
+    return seen
+
+
+class TestModbusActivation:
+    def test_master_reads_through_the_activated_socket(self, tmp_path: Path) -> None:
+        """The Modbus master's connection starts verld; it reads holding registers 0..9 of
+        unit 1 (verld-sim: register i = i) and status.modbus.listen is that address."""
+        port, api = free_port(), tmp_path / "activated.sock"
+        v = activate_modbus(tmp_path, modbus_config(tmp_path), port, api)
+        try:
+            assert _program(v.proc.pid) == SOCKET_ACTIVATE
+            master = modbus_master(port)
+            try:
+                wait_for(
+                    lambda: _program(v.proc.pid) != SOCKET_ACTIVATE, 10, "verld to be executed"
+                )
+                status = wait_link_up(api)
+                r = master.read_holding_registers(0, count=10, device_id=1)
+            finally:
+                master.close()  # type: ignore[no-untyped-call]
+            assert not r.isError(), r
+            assert r.registers == list(range(10))
+            assert status["modbus"]["listen"] == f"127.0.0.1:{port}"
+            assert not (tmp_path / "unused.sock").exists()
+        finally:
+            assert v.stop() == 0, v.log()
+        assert "Traceback" not in v.log()
+
+    def test_api_fd_first_is_taken_by_name_too(self, tmp_path: Path) -> None:
+        """Fds in the other order (api, then modbus): each still goes where its name says."""
+        port, api = free_port(), tmp_path / "activated.sock"
+        if not os.access(SOCKET_ACTIVATE, os.X_OK):
+            pytest.skip(f"{SOCKET_ACTIVATE} not installed (package systemd)")
+        argv = [SOCKET_ACTIVATE, "-l", str(api), "-l", f"127.0.0.1:{port}",
+                "--fdname=api:modbus", "-E", f"PYTHONPATH={REPO}",
+                *verld_argv(modbus_config(tmp_path))]  # fmt: skip
+        v = Verld(argv, tmp_path / "verld.log")
+        try:
+            wait_for(lambda: listening(api), 10, "systemd-socket-activate to listen")
+            status = wait_link_up(api)
+            assert status["modbus"]["listen"] == f"127.0.0.1:{port}"
+            master = modbus_master(port)
+            try:
+                r = master.read_holding_registers(3, count=2, device_id=1)
+            finally:
+                master.close()  # type: ignore[no-untyped-call]
+            assert r.registers == [3, 4]
+        finally:
+            assert v.stop() == 0, v.log()
+
+    def test_modbus_fd_alone_beside_an_own_api_socket(self, tmp_path: Path) -> None:
+        """verld-modbus@.socket for verld@.service: only `modbus` is passed; verld binds
+        its API on --socket itself and serves Modbus on the passed socket."""
+        port, own = free_port(), tmp_path / "instance.sock"
+        config = modbus_config(tmp_path)
+        v = activate_modbus(tmp_path, config, port, None, "--socket", str(own))
+        try:
+            master = modbus_master(port)
+            try:
+                wait_for(lambda: connectable(str(own)), 15, "verld on --socket's path")
+                status = wait_link_up(own)
+                r = master.read_holding_registers(0, count=10, device_id=1)
+            finally:
+                master.close()  # type: ignore[no-untyped-call]
+            assert r.registers == list(range(10))
+            assert status["modbus"]["listen"] == f"127.0.0.1:{port}"
+        finally:
+            assert v.stop() == 0, v.log()
+        assert not own.exists()
+
+    def test_modbus_fd_without_a_modbus_codec_is_refused(self, tmp_path: Path) -> None:
+        """A `modbus` fd while device.codec is verl: verld says why and exits 2, no
+        traceback (Restart=on-failure will not fix it: the config or the unit must)."""
+        port, api = free_port(), tmp_path / "activated.sock"
+        v = activate_modbus(tmp_path, modbus_config(tmp_path, codec="verl"), port, api)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                wait_for(lambda: v.proc.poll() is not None, 20, "verld to exit")
+                try:
+                    answer = s.recv(1)
+                except ConnectionResetError:
+                    answer = b""
+            assert answer == b""  # the connection that started it: closed, unanswered
+        finally:
+            code = v.stop()
+        log = v.log()
+        assert code == 2, log
+        assert "cannot_serve_modbus" in log
+        assert "needs codec modbus-rtu or modbus-tcp, not verl" in log
+        assert "Traceback" not in log
 
 
 # --- the journal ----------------------------------------------------------------------

@@ -123,3 +123,26 @@ class TestPoll:
             assert handler.data == [] and handler.lost == []
 
         run_on_pty(body)
+
+
+class TestOpen:
+    def test_line_settings_the_tty_refuses_are_an_open_error(self) -> None:
+        """A pty takes even parity once, then tcsetattr fails (termios.error): that is
+        a failed open (retried with backoff), never a crash of the link task."""
+        from verld.errors import OpenError
+        from verld.transport import _open_serial
+
+        device = parse_config("device: {port: /dev/null, parity: even}\n").device
+        master, slave = os.openpty()
+        try:
+            path = os.ttyname(slave)
+            errors = []
+            for _ in range(3):
+                try:
+                    _open_serial(device, path).close()
+                except OpenError as exc:
+                    errors.append(str(exc))
+            assert errors and all("Invalid argument" in e for e in errors)
+        finally:
+            os.close(master)
+            os.close(slave)

@@ -22,10 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
+
 from verld.calls import Call
 from verld.codec.modbus import EXCEPTION_NAMES, check_request
 from verld.config import Config
 from verld.errors import ErrorCode
+
+log = structlog.get_logger("verld.bus")
 
 #: the outcomes of `verld_modbus_unit_calls_total{unit,outcome}`
 OUTCOMES = ("ok", "exception", "timeout", "offline", "error")
@@ -52,7 +56,7 @@ def silent_gap(cfg: Config) -> float:
 class Unit:
     """One unit's counts and offline state."""
 
-    __slots__ = ("calls", "in_row", "offline", "outcomes", "probe", "retry_at")
+    __slots__ = ("calls", "in_row", "offline", "outcomes", "probe", "retry_at", "silent")
 
     def __init__(self) -> None:
         self.calls = 0
@@ -61,6 +65,7 @@ class Unit:
         self.offline = False
         self.retry_at = 0.0  #: while offline: when the next call may go as a probe
         self.probe: Call | None = None  #: the probe on its way, if any
+        self.silent = False  #: its last try timed out (its turns on the bus are one call)
 
     def status(self, unit: int) -> dict[str, Any]:
         o = self.outcomes
@@ -146,8 +151,7 @@ class Bus:
             state.probe = None
         if error is None or error == ErrorCode.DEVICE_ERROR:  # a reply: the unit is there
             state.outcomes["ok" if error is None else "exception"] += 1
-            state.in_row = 0
-            state.offline = False
+            self.replied(call.unit)
             return None
         if error != ErrorCode.TIMEOUT:
             state.outcomes["error"] += 1
@@ -161,6 +165,25 @@ class Bus:
             state.retry_at = now + self.backoff
             return call.unit
         return None
+
+    def replied(self, unit: int) -> None:
+        """The unit answered (a call or a heartbeat ping): it is there."""
+        state = self.units.get(unit)
+        if state is None:
+            return
+        if state.offline:
+            log.info("modbus_unit_online", unit=unit)
+        state.in_row = 0
+        state.offline = state.silent = False
+
+    def try_timed_out(self, call: Call) -> None:
+        """A try to `call.unit` got no answer: until one comes, its turns are one call."""
+        self.unit(call.unit).silent = True
+
+    def heavy(self, unit: int) -> bool:
+        """Whether a unit's turn on the bus is one call (`calls.LaneQueue`)."""
+        state = self.units.get(unit)
+        return state is not None and state.silent
 
     # --- figures -------------------------------------------------------------------------
     def status(self) -> list[dict[str, Any]]:

@@ -239,17 +239,25 @@ NEXT_LANE = -2
 
 
 class LaneQueue(FairQueue):
-    """A `FairQueue` served round-robin by lane (`Call.unit`: a Modbus unit) first,
-    then by owner within the lane, so a slow lane gets one turn in each round.
+    """A `FairQueue` served round-robin by lane (`Call.unit`: a Modbus unit) as well as
+    by owner: lanes take turns, and a lane's turn serves each of its owners waiting
+    when the turn began once — except a `heavy` lane (a unit whose last try timed
+    out), whose turn is one call. So between two turns of any owner there is at most
+    one try of each other lane, and a silent unit costs the others one try a round
+    however many owners call it.
 
     A call pushed back (a retry) goes to the front of its owner's FIFO in its lane,
-    but the lane keeps its place in the ring: it had its turn, the others go first.
+    and its lane to the back of the ring: it had its turn, the others go first.
     """
 
-    def __init__(self, limit: int, share: int) -> None:
+    def __init__(self, limit: int, share: int, heavy: Callable[[int], bool] | None = None) -> None:
         super().__init__(limit, share)
         self._lanes: dict[int, _Owners] = {}
         self._lane_ring: deque[int] = deque()
+        #: whether a lane's turn is one call only (the bus: the unit's last try timed out)
+        self.heavy: Callable[[int], bool] = heavy or _light
+        self._turn_lane: int | None = None  #: the lane whose turn it is (the ring's head)
+        self._turn_left = 0  #: calls left in that turn
 
     def __iter__(self) -> Iterator[Call]:
         return iter([c for lane in self._lanes.values() for c in lane.calls()])
@@ -265,6 +273,8 @@ class LaneQueue(FairQueue):
         elif front:
             self._lane_ring.remove(key)
             self._lane_ring.append(key)
+            if self._turn_lane == key:
+                self._turn_lane = None
         lane.push(call, front)
         self.waiting += 1
 
@@ -290,18 +300,27 @@ class LaneQueue(FairQueue):
         out: list[Call] = []
         ring, lanes, excl = self._lane_ring, self._lanes, self.exclusive
         while len(out) < n and ring:
-            key = ring[0] if excl is None else next((k for k in ring if lanes[k].ready(excl)), None)
-            if key is None:
-                break  # (leased: nothing of the holder's waits)
+            if excl is not None:  # leased: the holder's calls, a lane at a time
+                key = next((k for k in ring if lanes[k].ready(excl)), None)
+                if key is None:
+                    break
+                self._turn_lane, self._turn_left = key, 1
+            else:
+                key = ring[0]
+                if self._turn_lane != key:
+                    self._turn_lane = key
+                    self._turn_left = 1 if self.heavy(key) else len(lanes[key].ring)
             lane = lanes[key]
             call = lane.take(excl)
             assert call is not None
             out.append(call)
-            ring.remove(key)
-            if lane:
+            self._turn_left -= 1
+            if not lane:
+                self._drop_lane(key)
+            elif self._turn_left <= 0:
+                ring.remove(key)
                 ring.append(key)  # its turn is over: to the back
-            else:
-                del lanes[key]
+                self._turn_lane = None
         self.waiting -= len(out)
         return out
 
@@ -329,3 +348,9 @@ class LaneQueue(FairQueue):
     def _drop_lane(self, key: int) -> None:
         del self._lanes[key]
         self._lane_ring.remove(key)
+        if self._turn_lane == key:
+            self._turn_lane = None
+
+
+def _light(_: int) -> bool:
+    return False

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass, field, replace
 
@@ -22,10 +23,11 @@ import structlog
 
 from verld import __version__, httpmetrics, logs, systemd
 from verld.codec.select import make_codec
-from verld.config import Config, changed_keys, default_config, load_config
+from verld.config import MODBUS_CODECS, Config, changed_keys, default_config, load_config
 from verld.errors import ConfigError, ServeError
 from verld.fronts.api import ApiServer
 from verld.fronts.base import Core
+from verld.fronts.modbus import ModbusServer
 from verld.link import Transition
 from verld.session import Session
 from verld.sim.launch import SimChild, SimError
@@ -58,6 +60,9 @@ class Daemon:
     supervisor: Supervisor | None = None
     server: ApiServer | None = None
     core: Core | None = None
+    modbus: ModbusServer | None = None
+    _modbus_activated: bool = False
+    _rebinding: asyncio.Task[None] | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     def port(self) -> str:
@@ -77,7 +82,7 @@ class Daemon:
         """Sim, session, API front, metrics; ServeError when one cannot start."""
         cfg = self.cfg
         try:
-            listen = systemd.listen_socket()
+            listen, modbus_sock = systemd.listen_sockets()
         except OSError as exc:
             raise _Failed("socket_activation_failed", str(exc)) from None
         if cfg.device.port == "sim":
@@ -92,6 +97,8 @@ class Daemon:
         except OSError as exc:  # SocketInUse included
             raise _Failed("cannot_serve", str(exc), socket=cfg.api.socket) from None
         stack.push_async_callback(server.close)
+        if cfg.modbus.listen or modbus_sock is not None:
+            await self._start_modbus(stack, modbus_sock)
         if cfg.metrics.listen:
             await self._start_http(stack, server)
         self._signals(loop)
@@ -118,6 +125,28 @@ class Daemon:
         core.session.set_debug(logs.level_enabled(cfg.log.level))
         core.listeners.append(self)
         return core
+
+    async def _start_modbus(
+        self, stack: contextlib.AsyncExitStack, sock: socket.socket | None
+    ) -> None:
+        cfg = self.cfg
+        if cfg.device.codec not in MODBUS_CODECS:
+            raise _Failed("cannot_serve_modbus", "a socket named 'modbus' was passed, but "
+                          f"the Modbus TCP server needs codec modbus-rtu or modbus-tcp, not "
+                          f"{cfg.device.codec}", exit_code=2)  # fmt: skip
+        assert self.core is not None and self.server is not None
+        front = self.modbus = ModbusServer(cfg, self.core)
+        try:
+            await front.start(sock)
+        except OSError as exc:
+            raise _Failed("cannot_serve_modbus", str(exc), listen=cfg.modbus.listen or "") from None
+        self.server.extra_status["modbus"] = front.status
+        self._modbus_activated = sock is not None
+        stack.push_async_callback(self._close_modbus)
+
+    async def _close_modbus(self) -> None:
+        if self.modbus is not None:
+            await self.modbus.close()
 
     async def _start_http(self, stack: contextlib.AsyncExitStack, server: ApiServer) -> None:
         listen = self.cfg.metrics.listen
@@ -193,8 +222,39 @@ class Daemon:
             new_port = new.device.port if new.device.port != old.device.port else None
             self.session.replace_device(make_codec(new), None if self.sim else new_port)
             self.supervisor.request_reconnect("device settings changed by reload")
+        self._reload_modbus(new, "modbus.listen" in changed)
         log.info("reloaded", changed=",".join(changed) or "nothing")
         return changed
+
+    def _reload_modbus(self, new: Config, rebind: bool) -> None:
+        """The Modbus front takes the new settings; a changed `listen` rebinds it
+        (its connections closed), or starts or stops it."""
+        if self.modbus is not None:
+            self.modbus.configure(new)
+        if not rebind:
+            return
+        if self._modbus_activated:
+            log.warning("reload_modbus_unchanged", reason="the Modbus socket is systemd's")
+            return
+        self._rebinding = asyncio.get_running_loop().create_task(self._rebind_modbus(new))
+
+    async def _rebind_modbus(self, new: Config) -> None:
+        assert self.server is not None and self.core is not None
+        old, self.modbus = self.modbus, None
+        self.server.extra_status.pop("modbus", None)
+        if old is not None:
+            await old.close()
+        if new.modbus.listen is None:
+            log.info("modbus_stopped", reason="modbus.listen is null after reload")
+            return
+        front = ModbusServer(new, self.core)
+        try:
+            await front.start()
+        except OSError as exc:
+            log.error("modbus_rebind_failed", listen=new.modbus.listen, error=str(exc))
+            return
+        self.modbus = front
+        self.server.extra_status["modbus"] = front.status
 
     def _reload_on_signal(self) -> None:
         systemd.reloading()
@@ -210,9 +270,12 @@ class Daemon:
 class _Failed(ServeError):
     """A part did not start: logged as `event` with the error and `fields`."""
 
-    def __init__(self, event: str, error: str, **fields: str) -> None:
+    def __init__(self, event: str, error: str, *, exit_code: int = 1, **fields: str) -> None:
         super().__init__(error)
         self.event, self.fields = event, fields
+        #: 2 for a setup that cannot work until the config changes (systemd's unit
+        #: does not restart on 2: RestartPreventExitStatus=2), else 1
+        self.exit_code = exit_code
 
 
 async def serve(cfg: Config, config_path: str | None, socket_override: str | None = None) -> int:
@@ -232,7 +295,7 @@ async def serve(cfg: Config, config_path: str | None, socket_override: str | Non
             await d.start(stack)
         except _Failed as exc:
             log.error(exc.event, error=str(exc), **exc.fields)
-            return 1
+            return exc.exit_code
         code = await d.run()
     log.info("stopped")
     return code

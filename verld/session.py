@@ -133,12 +133,16 @@ class Session:
         self.rtu_codec = codec if isinstance(codec, ModbusRtuCodec) else None
         old = self.queue
         if isinstance(old, LaneQueue) is modbus:
+            if isinstance(old, LaneQueue) and self.bus is not None:
+                old.heavy = self.bus.heavy
             return
         if len(old):
             self.timers.fail_queued(ErrorCode.LINK_DOWN, "the device codec changed", everyone=True)
-        new = (LaneQueue if modbus else FairQueue)(old.limit, old.share)
+        new = LaneQueue(old.limit, old.share) if modbus else FairQueue(old.limit, old.share)
         new.exclusive, new._load = old.exclusive, old._load
         self.queue = new
+        if isinstance(new, LaneQueue) and self.bus is not None:
+            new.heavy = self.bus.heavy
 
     def set_taps(self, traffic: TrafficTap | None, wire: WireTap | None) -> None:
         """Decoded frames and raw bytes each way to the taps (None: off, costs nothing)."""
@@ -408,6 +412,8 @@ class Session:
             error, message = ErrorCode.DEVICE_ERROR, f"device status 0x{status:02x}"
         self.finish(call, error, message, status, frame.data, frame.text)
         if call.is_ping:
+            if self.bus is not None:
+                self.bus.replied(call.payload[0])  # (the heartbeat's unit is there)
             if not self.window:
                 self._sweep.cancel()  # an idle link: no wake-up for a deadline long met
             self.timers.arm_heartbeat()

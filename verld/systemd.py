@@ -86,25 +86,43 @@ def start_watchdog(loop: asyncio.AbstractEventLoop) -> Callable[[], None] | None
     return stop
 
 
-def listen_socket() -> socket.socket | None:
-    """The first socket passed by socket activation (LISTEN_FDS/LISTEN_PID), if any."""
+def listen_sockets() -> tuple[socket.socket | None, socket.socket | None]:
+    """The sockets passed by socket activation (LISTEN_FDS/LISTEN_PID): (the API's
+    Unix stream socket, the Modbus TCP front's), each None when not passed.
+
+    The one named `modbus` in $LISTEN_FDNAMES (`FileDescriptorName=modbus`) is the
+    Modbus TCP front's and must be a TCP listening socket; the first other one is the
+    API's and must be a Unix stream socket.
+    """
     pid = os.environ.get("LISTEN_PID")
     fds = os.environ.get("LISTEN_FDS")
     if not fds or (pid and pid != str(os.getpid())):
-        return None
+        return None, None
     try:
         count = int(fds)
     except ValueError:
-        return None
-    if count < 1:
-        return None
+        return None, None
+    names = os.environ.get("LISTEN_FDNAMES", "").split(":")
     for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
         os.environ.pop(name, None)
-    fd = _SD_LISTEN_FDS_START
-    os.set_inheritable(fd, False)
-    sock = socket.socket(fileno=fd)
-    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
-        sock.detach()
-        raise OSError("socket activation passed an fd that is not a Unix stream socket")
-    sock.setblocking(False)
-    return sock
+    api: socket.socket | None = None
+    modbus: socket.socket | None = None
+    for i in range(max(count, 0)):
+        fd = _SD_LISTEN_FDS_START + i
+        os.set_inheritable(fd, False)
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        named = names[i] if i < len(names) else ""
+        if named == "modbus" and modbus is None:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6):
+                sock.detach()
+                raise OSError("socket activation passed a 'modbus' fd that is not a TCP socket")
+            modbus = sock
+        elif api is None:
+            if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+                sock.detach()
+                raise OSError("socket activation passed an fd that is not a Unix stream socket")
+            api = sock
+        else:
+            sock.detach()  # (left open: systemd owns it)
+    return api, modbus

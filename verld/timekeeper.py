@@ -44,6 +44,7 @@ class Timekeeper:
         #: modbus-rtu: rings once the line has been silent for 3.5 characters
         self.quiet = Alarm(clock, self._quiet)
         self._held: Call | None = None  #: a retry waiting for the guard to end
+        self._pinging = False  #: a heartbeat ping is queued or on the link
 
     def stop(self) -> None:
         """The link went away: no heartbeat, no guard (deadlines end with their calls)."""
@@ -82,6 +83,8 @@ class Timekeeper:
             s.pump()
             return
         s.counters.timeouts += 1
+        if bus is not None and not call.is_ping:
+            bus.try_timed_out(call)
         # Modbus: a call's timeout is its unit's silence, not the port's: only pings
         # count toward `heartbeat.misses`, and a tcp link is never dropped for one.
         after = s.link.timed_out(self.clock.time(), seqs=s.codec.pipelined,
@@ -89,7 +92,8 @@ class Timekeeper:
                                  counts=bus is None or call.is_ping)  # fmt: skip
         retry = call.tries <= call.retry and not call.is_ping
         if not retry or after is AfterTimeout.FAIL or after is AfterTimeout.DEAD:
-            s.finish(call, ErrorCode.TIMEOUT, f"no answer within {call.timeout:g} s")
+            tries = f" ({call.tries} tries)" if call.tries > 1 else ""
+            s.finish(call, ErrorCode.TIMEOUT, f"no answer within {call.timeout:g} s{tries}")
         if after is AfterTimeout.DEAD:
             s.lose(f"device not answering ({s.link.consecutive_timeouts} timeouts in a row)")
         elif after is AfterTimeout.RECONNECT:
@@ -189,8 +193,9 @@ class Timekeeper:
     def _heartbeat(self) -> None:
         s = self.s
         due = s.link.ping_due_at()
-        if due is None or s.attached is None or s.ping_payload is None or s.inhibited_by:
-            return
+        if (due is None or s.attached is None or s.ping_payload is None or s.inhibited_by
+                or self._pinging):  # fmt: skip
+            return  # (a ping on its way re-arms the heartbeat when it ends)
         now = self.clock.time()
         if now < due - 0.001:
             self._beat.set(due)
@@ -199,13 +204,18 @@ class Timekeeper:
             # units?): only a ping can tell a dead port. It waits its turn on the bus;
             # its end re-arms the heartbeat.
             assert isinstance(s.queue, LaneQueue)
-            s.queue.push_next(self.ping(_ignore))
+            self._pinging = True
+            s.queue.push_next(self.ping(self._pinged))
             s.pump()
         elif s.window or s.queue.ready() or s.link.guard_until is not None:
             # Not idle: the calls on the link prove (or disprove) liveness themselves.
             self._beat.set(now + s.link.interval)
         else:
-            s.send([self.ping(_ignore)])
+            self._pinging = True
+            s.send([self.ping(self._pinged)])
+
+    def _pinged(self, _: CallResult) -> None:
+        self._pinging = False
 
     def ping(self, done: Callable[[CallResult], None]) -> Call:
         """A heartbeat (or handshake) ping ending in `done`."""
@@ -214,7 +224,3 @@ class Timekeeper:
         ping = Call(None, s.ping_payload or b"", done, timeout=timeout, retry=0, is_ping=True)
         ping.t_submit = time.perf_counter()
         return ping
-
-
-def _ignore(_: CallResult) -> None:
-    return None

@@ -17,6 +17,7 @@ import asyncio
 import errno
 import os
 import socket
+import termios
 from collections.abc import Callable
 from typing import Protocol
 
@@ -207,13 +208,18 @@ def _open_serial(cfg: DeviceConfig, port: str) -> serial.Serial:
             write_timeout=0,
             exclusive=True,
         )
-    except (serial.SerialException, OSError, ValueError) as exc:
+    except (serial.SerialException, OSError, ValueError, termios.error) as exc:
+        # (termios.error: the tty refused the line settings, e.g. a parity it lacks)
         text = str(exc)
         if "Resource temporarily unavailable" in text or "[Errno 11]" in text:
             text = f"{port} is locked by another process (opened exclusively)"
         raise OpenError(text) from None
     # pyserial's open() already flushed input; flush again in case it raced.
-    ser.reset_input_buffer()
+    try:
+        ser.reset_input_buffer()
+    except (serial.SerialException, OSError, termios.error) as exc:
+        ser.close()
+        raise OpenError(f"{port}: {exc}") from None
     return ser
 
 

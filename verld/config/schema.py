@@ -197,18 +197,11 @@ def _check_modbus_payload(payload: str, codec: str, ctx: Context) -> None:
 
 
 def _check_modbus_listen(codec: str, ctx: Context) -> None:
-    where = ("modbus.listen", "device.codec")
     if codec not in MODBUS_CODECS:
         ctx.error_at(
-            where,
+            ("modbus.listen", "device.codec"),
             f"the Modbus TCP server needs device.codec modbus-rtu or modbus-tcp (got {codec}); "
             "set modbus.listen: null",
-        )
-    else:
-        ctx.error_at(
-            where,
-            "the Modbus TCP server front is not in this version of verld yet; "
-            "set modbus.listen: null (Modbus clients reach the bus through the API's call op)",
         )
 
 

@@ -7,6 +7,7 @@ Each `cmd_*` takes the client and the parsed arguments and returns the exit code
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -102,7 +103,11 @@ def _traffic_decoder(c: Client) -> Decoder | None:
         raise
     except (ClientError, KeyError, TypeError):
         return None  # no codec named: every line as on any other codec
-    return modbus.describe if modbus.is_modbus(codec) else None
+    if not modbus.is_modbus(codec):
+        return None
+    if codec == "modbus-tcp":
+        return functools.partial(modbus.describe, rtu=False)  # unit 0 is a unit there
+    return modbus.describe
 
 
 def _level_filter(args: argparse.Namespace) -> Callable[[Record], bool]:

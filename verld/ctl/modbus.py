@@ -52,12 +52,13 @@ def is_modbus(codec: object) -> bool:
     return isinstance(codec, str) and codec.startswith("modbus-")
 
 
-def describe(data: bytes, *, request: bool) -> str:
-    """One line naming the unit, the function and its fields (`request`: master to unit)."""
+def describe(data: bytes, *, request: bool, rtu: bool = True) -> str:
+    """One line naming the unit, the function and its fields (`request`: master to unit;
+    `rtu`: unit 0 is the broadcast address, as on a serial line but not on Modbus TCP)."""
     if not data:
         return "malformed: no data (a unit id and a function code expected)"
     unit = data[0]
-    head = "unit 0 (broadcast)" if unit == 0 else f"unit {unit}"
+    head = "unit 0 (broadcast)" if unit == 0 and rtu else f"unit {unit}"
     if len(data) < 2:
         return f"{head} malformed: no function code"
     fc, body = data[1], bytes(data[2:])

@@ -53,6 +53,8 @@ class ApiServer:
         self.started = time.time()
         self.on_reload = on_reload
         self.on_clients_changed: Callable[[], None] | None = None
+        #: other fronts' parts of `status` ("modbus": the Modbus TCP front's), by key
+        self.extra_status: dict[str, Callable[[], Any]] = {}
         self.debug = False
         self._serial = 0
         self._server: asyncio.AbstractServer | None = None
@@ -204,6 +206,9 @@ class ApiServer:
         st["api_errors"] = dict(self.stats.api_errors)
         st["inhibit"] = self.inhibits.status()
         st["inhibits"] = self.core.inhibits
+        st["modbus"] = None  # (off)
+        for key, part in self.extra_status.items():
+            st[key] = part()
         dev = self.cfg.device
         if tcp_target(self.core.session.port) is None:  # serial: show the line settings
             st["link"]["settings"] = (

@@ -1,0 +1,290 @@
+"""The Modbus TCP server front: Modbus masters reach the device through verld.
+
+Strategy: every TCP connection is one owner in the core's fair queue, like an API
+client. Its bytes are cut into MBAP requests (`mbap.RequestDecoder`); each request's
+unit + PDU becomes a call, and each call's end becomes the response frame
+(`mbap.answer`, the gateway exception mapping). A connection may pipeline: its
+responses go back in request order, each held in a slot until those before it are
+written. `read_only` (the default) answers every function code but 1-4 with
+exception 01 without touching the device; on `modbus-rtu` a unit-0 request is a
+broadcast and gets no response at all. A malformed MBAP header closes that
+connection only; one silent for `idle_timeout` is closed; connections beyond
+`max_connections` are closed at once. What a connection may hold is bounded: past
+`api.client_queue` unanswered requests it is not read until it catches up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from typing import Any, cast
+
+import structlog
+
+from verld.calls import CallResult
+from verld.config import Config
+from verld.config.model import host_port
+from verld.fronts.base import Core
+from verld.fronts.modbus.mbap import (
+    ILLEGAL_FUNCTION,
+    READS,
+    Malformed,
+    RequestDecoder,
+    answer,
+    exception_frame,
+)
+from verld.link import LinkState
+
+log = structlog.get_logger("verld.modbus")
+
+#: a slot whose call needs no response (a broadcast)
+_NOTHING = b""
+
+
+class ModbusStats:
+    """The front's figures: `status.modbus`."""
+
+    __slots__ = ("calls", "closed_malformed", "exceptions")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.exceptions: dict[int, int] = {}
+        self.closed_malformed = 0
+
+
+class _Slot:
+    __slots__ = ("frame",)
+
+    def __init__(self) -> None:
+        self.frame: bytes | None = None  #: the response, once the call ended
+
+
+class ModbusConn(asyncio.Protocol):
+    """One Modbus TCP master."""
+
+    def __init__(self, front: ModbusServer, serial: int) -> None:
+        self.front = front
+        self.serial = serial
+        self.peer = "?"
+        self.transport: asyncio.Transport | None = None
+        self.decoder = RequestDecoder()
+        self.slots: deque[_Slot] = deque()
+        self.closed = False
+        self._paused_reading = False
+        self._paused_writing = False
+        self._quiet_since = 0.0
+        self._idle: asyncio.TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        return f"modbus#{self.serial}({self.peer})"
+
+    # --- asyncio callbacks ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # (uvloop's is not a subclass)
+        peer = self.transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self.front.attach(self)
+        if not self.closed:
+            self._touch()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._touch()
+        try:
+            requests = self.decoder.feed(data)
+        except Malformed as exc:
+            self.front.malformed(self, str(exc))
+            return
+        if not requests:
+            return
+        core = self.front.core
+        core.hold()  # a pipelined burst goes to the device in one write
+        try:
+            for tid, request in requests:
+                self._request(tid, request)
+        finally:
+            core.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._idle is not None:
+            self._idle.cancel()
+        self.front.detach(self)
+
+    def pause_writing(self) -> None:
+        self._paused_writing = True
+        self._read_or_not()
+
+    def resume_writing(self) -> None:
+        self._paused_writing = False
+        self._read_or_not()
+
+    # --- requests and responses ---------------------------------------------------------
+    def _request(self, tid: int, request: bytes) -> None:
+        front = self.front
+        slot = _Slot()
+        self.slots.append(slot)
+        front.stats.calls += 1
+        if front.read_only and request[1] not in READS:
+            front.counts_outcome("forbidden")
+            self._fill(slot, exception_frame(tid, request, ILLEGAL_FUNCTION))
+            return
+        broadcast = front.rtu and request[0] == 0
+
+        def done(result: CallResult) -> None:
+            front.counts_outcome(result.error or "ok")
+            if broadcast and result.error is None:
+                self._fill(slot, _NOTHING)  # nobody answers a broadcast: nor do we
+            else:
+                self._fill(slot, answer(tid, request, result, inhibited=front.core.inhibited))
+
+        # While an open attempt is under way (at start, say, when this connection is
+        # what socket activation started verld for), the call waits for it.
+        wait = front.core.session.link.state is LinkState.CONNECTING
+        front.core.submit(front.core.make_call(self, request, done, req_id=tid, wait=wait))
+        self._read_or_not()
+
+    def _fill(self, slot: _Slot, frame: bytes) -> None:
+        slot.frame = frame
+        if len(frame) >= 9 and frame[7] & 0x80:  # an exception response
+            self.front.count_exception(frame[8])
+        slots = self.slots
+        if slots[0] is not slot:
+            return  # an earlier request's answer is still to come
+        out: list[bytes] = []
+        while slots and slots[0].frame is not None:
+            done = slots.popleft().frame
+            if done:
+                out.append(done)
+        if out and not self.closed and self.transport is not None:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        self._read_or_not()
+
+    def _read_or_not(self) -> None:
+        """Stop reading while the peer does not read, or holds too many requests."""
+        if self.closed or self.transport is None:
+            return
+        hold = self._paused_writing or len(self.slots) >= self.front.cfg.api.client_queue
+        if hold and not self._paused_reading:
+            self._paused_reading = True
+            self.transport.pause_reading()
+        elif not hold and self._paused_reading:
+            self._paused_reading = False
+            self.transport.resume_reading()
+
+    # --- idleness -----------------------------------------------------------------------
+    def _touch(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._quiet_since = loop.time()
+        if self._idle is None:
+            self._idle = loop.call_at(self._quiet_since + self.front.idle_timeout, self._check_idle)
+
+    def _check_idle(self) -> None:
+        self._idle = None
+        if self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._quiet_since + self.front.idle_timeout
+        if loop.time() < due or self.slots:  # spoke since, or still waiting for answers
+            self._idle = loop.call_at(max(due, loop.time() + 0.05), self._check_idle)
+            return
+        log.info("modbus_idle_closed", client=repr(self), idle_timeout=self.front.idle_timeout)
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.close()
+
+
+class ModbusServer:
+    """The Modbus TCP front over one core."""
+
+    def __init__(self, cfg: Config, core: Core) -> None:
+        self.core = core
+        self.counts = core.front("modbus")
+        self.stats = ModbusStats()
+        self.conns: set[ModbusConn] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._serial = 0
+        self.address = ""  #: where it listens, "HOST:PORT"
+        self.configure(cfg)
+
+    def configure(self, cfg: Config) -> None:
+        """Take the `modbus` settings (at start and on reload; `listen` by `rebind`)."""
+        self.cfg = cfg
+        mb = cfg.modbus
+        self.read_only = mb.read_only
+        self.idle_timeout = mb.idle_timeout
+        self.max_connections = mb.max_connections
+        self.rtu = cfg.device.codec == "modbus-rtu"
+
+    # --- listening ------------------------------------------------------------------------
+    async def start(self, listen_sock: socket.socket | None = None) -> None:
+        """Serve the given (socket-activated) socket, or bind `modbus.listen`."""
+        loop = asyncio.get_running_loop()
+        if listen_sock is not None:
+            self._server = await loop.create_server(self._new_conn, sock=listen_sock)
+        else:
+            listen = self.cfg.modbus.listen
+            assert listen is not None
+            host, port = host_port(listen)
+            self._server = await loop.create_server(self._new_conn, host, port, reuse_address=True)
+        name = self._server.sockets[0].getsockname()
+        self.address = f"[{name[0]}]:{name[1]}" if ":" in name[0] else f"{name[0]}:{name[1]}"
+        log.info("modbus_listening", listen=self.address, read_only=self.read_only)
+
+    def _new_conn(self) -> ModbusConn:
+        self._serial += 1
+        return ModbusConn(self, self._serial)
+
+    async def close(self) -> None:
+        """Stop listening and close every connection."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for conn in list(self.conns):
+            conn.close()
+
+    # --- connections -------------------------------------------------------------------------
+    def attach(self, conn: ModbusConn) -> None:
+        if len(self.conns) >= self.max_connections:
+            log.warning("modbus_refused", client=repr(conn), reason="max_connections",
+                        max_connections=self.max_connections)  # fmt: skip
+            conn.close()
+            return
+        self.conns.add(conn)
+        log.info("modbus_connected", client=repr(conn))
+
+    def detach(self, conn: ModbusConn) -> None:
+        if conn in self.conns:
+            self.conns.discard(conn)
+            self.core.forget(conn)
+            log.info("modbus_disconnected", client=repr(conn))
+
+    def malformed(self, conn: ModbusConn, reason: str) -> None:
+        """A header that is not Modbus TCP: that connection goes; the others stay."""
+        self.stats.closed_malformed += 1
+        log.warning("modbus_malformed", client=repr(conn), reason=reason)
+        conn.close()
+
+    # --- figures -------------------------------------------------------------------------------
+    def counts_outcome(self, outcome: str) -> None:
+        outcomes = self.counts.outcomes
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    def count_exception(self, code: int) -> None:
+        self.stats.exceptions[code] = self.stats.exceptions.get(code, 0) + 1
+
+    def status(self) -> dict[str, Any]:
+        """`status.modbus`."""
+        return {
+            "listen": self.address,
+            "connections": len(self.conns),
+            "calls": self.stats.calls,
+            "exceptions": {f"0x{c:02x}": n for c, n in sorted(self.stats.exceptions.items())},
+            "closed_malformed": self.stats.closed_malformed,
+        }
