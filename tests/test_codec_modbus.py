@@ -18,6 +18,7 @@ from verld.codec.modbus import (
     check_request,
     crc16,
     mbap_frame,
+    response_shape,
     rtu_frame,
     rtu_request_length,
     rtu_response_length,
@@ -180,7 +181,8 @@ class TestRtuCodec:
         assert rtu_feed(codec, h(case["frame"]), bytewise=False, flush=True) == []
         assert codec.bad_frames == 1
         assert codec.desync is None
-        good = rtu_frame(request[:2] + b"\x02\x00\x07") if request[1] == 3 else None
+        count = 2 * (request[4] << 8 | request[5])  # (the byte count must fit the request)
+        good = rtu_frame(request[:2] + bytes([count]) + bytes(count)) if request[1] == 3 else None
         if good is not None:
             assert codec.feed(good, True) == [Inbound(Kind.REPLY, None, 0, good[:-2])]
 
@@ -435,3 +437,32 @@ def test_random_bytes_never_raise(noise: bytes, cuts: list[int], awaiting: bool)
     rtu.flush()
     assert rtu.desync is None
     assert rtu.flush() == []
+
+
+class TestResponseShape:
+    @pytest.mark.parametrize(
+        ("request_hex", "late_hex"),
+        [
+            ("010300000002", "0103020007"),  # 2 registers asked, 1 in the reply
+            ("010100000010", "01010100"),  # 16 coils asked: 2 bytes, 1 came
+            ("010600050007", "010600040007"),  # another register's write echo
+            ("011000000002", "011000000003"),  # another quantity's echo
+        ],
+        ids=["fc3-count", "fc1-count", "fc6-echo", "fc16-echo"],
+    )
+    def test_a_reply_that_does_not_fit_the_request_is_a_bad_frame(
+        self, request_hex: str, late_hex: str
+    ) -> None:
+        """A late answer to another request of the same unit and function, told apart by
+        its byte count or echo, is dropped, not taken for this call's."""
+        codec = rtu_exchange(h(request_hex))
+        assert codec.feed(rtu_frame(h(late_hex)), True) == []
+        assert codec.flush() == [] and codec.bad_frames == 1
+
+    def test_shapes_by_function_code(self) -> None:
+        """Reads: the byte count; writes: the echo of address and value or quantity."""
+        assert response_shape(h("010300000003")) == (6, None)
+        assert response_shape(h("010200000009")) == (2, None)
+        assert response_shape(h("01050001ff00")) == (None, h("0001ff00"))
+        assert response_shape(h("010f0013000a02cd01")) == (None, h("0013000a"))
+        assert response_shape(h("012b0e0100")) == (None, None)

@@ -515,3 +515,41 @@ def test_unit_0_is_an_ordinary_unit_on_modbus_tcp() -> None:
         "unit 0 read"
     )
     assert "(broadcast)" in describe(bytes.fromhex("000600000001"), request=True)
+
+
+COUNTERS = [
+    "calls",
+    "calls_ok",
+    "calls_failed",
+    "timeouts",
+    "retries",
+    "stale",
+    "bad_frames",
+    "reconnects",
+    "pings",
+    "bytes_tx",
+    "bytes_rx",
+    "frames_tx",
+    "frames_rx",
+    "events",
+]
+
+
+def test_status_shows_the_modbus_front_when_it_is_on() -> None:
+    """A `modbus` row: address, connections, calls, exceptions by code; none when off."""
+    from verld.ctl.render import render_status
+
+    base = {
+        "link": {"state": "up", "reason": "connected", "generation": 1, "port": "/dev/x",
+                 "codec": "modbus-rtu", "since": 0.0},
+        "counters": dict.fromkeys(COUNTERS, 0),
+        "latency_ms": {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0},
+        "uptime": 1.0, "clients": 0, "queue": 0, "lease": None, "inhibit": None,
+    }  # fmt: skip
+    assert "modbus " not in render_status({**base, "modbus": None})
+    front = {"listen": "127.0.0.1:1502", "connections": 2, "calls": 9,
+             "exceptions": {"0x0b": 3}, "closed_malformed": 1}  # fmt: skip
+    row = next(
+        r for r in render_status({**base, "modbus": front}).splitlines() if r.startswith("modbus")
+    )
+    assert "127.0.0.1:1502" in row and "2 connections" in row and "0x0b x3" in row

@@ -105,9 +105,11 @@ async def wait_up(sock: str, proc: subprocess.Popen[bytes], seconds: float) -> d
 
 @dataclass
 class Pending:
-    expected: bytes
+    #: the data an ok reply must carry; None: the caller checks the reply (`msg`) itself
+    expected: bytes | None
     replies: int = 0
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    msg: dict[str, Any] | None = None  #: the (first) reply
 
 
 class Conn:
@@ -157,10 +159,11 @@ class Conn:
             tally.duplicates += 1
             tally.note(f"{self.name}: duplicate reply for id {req_id}: {str(msg)[:200]}")
             return
+        pending.msg = msg
         pending.done.set()
         if msg.get("ok"):
             tally.outcomes["ok"] += 1
-            if b64decode(msg.get("data", "")) != pending.expected:
+            if pending.expected is not None and b64decode(msg.get("data", "")) != pending.expected:
                 tally.misrouted += 1
                 tally.note(f"{self.name}: id {req_id} got data of another call: {str(msg)[:200]}")
             return
@@ -171,11 +174,13 @@ class Conn:
             tally.outcomes["other"] += 1
             tally.other_codes[code] += 1
 
-    def send_call(self, data: bytes, **fields: Any) -> Pending:
+    def send_call(self, data: bytes, *, echo: bool = True, **fields: Any) -> Pending:
+        """Send one call. `echo`: it is an echo (`01` + x), whose ok reply must carry
+        x; otherwise the caller checks the reply, `Pending.msg`, itself."""
         assert self.writer is not None
         req_id = self.next_id
         self.next_id += 1
-        pending = self.calls[req_id] = Pending(data[1:])
+        pending = self.calls[req_id] = Pending(data[1:] if echo else None)
         msg = {"op": "call", "id": req_id, "data": b64encode(data).decode(), **fields}
         self.writer.write(wire.encode(msg))
         return pending

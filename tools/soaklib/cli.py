@@ -11,15 +11,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from soaklib.faults import FAULTS
+from soaklib import modbus
+from soaklib.faults import FAULTS, applicable
 from soaklib.report import render, verdict
 from soaklib.run import Options, soak
 from verld.testing import HarnessError
 
 
-def parse_faults(text: str) -> list[str]:
+def parse_faults(text: str) -> list[str] | None:
+    """A --faults value: the fault names, or None for `all` (each the codec can take)."""
     if text == "all":
-        return list(FAULTS)
+        return None
     if text == "none":
         return []
     names = [name.strip() for name in text.split(",") if name.strip()]
@@ -41,9 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--faults",
         type=parse_faults,
-        default=list(FAULTS),
+        default=None,
         metavar="all|none|LIST",
-        help=f"comma-separated, from: {', '.join(FAULTS)} (default all)",
+        help=f"comma-separated, from: {', '.join(FAULTS)} (default all: those the codec can take)",
+    )
+    p.add_argument(
+        "--codec",
+        choices=("verl", *modbus.CODECS),
+        default="verl",
+        help="verl: echo calls (default); modbus-rtu, modbus-tcp: verld and verld-sim on "
+        f"that codec, clients writing and reading back holding registers on units "
+        f"{','.join(map(str, modbus.UNITS))}, some calls to the silent unit {modbus.SILENT}",
     )
     p.add_argument("--seed", type=int, default=None, metavar="S")
     p.add_argument("--depth", type=int, default=4, help="calls in flight per client (default 4)")
@@ -71,11 +81,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.clients < 1 or args.seconds <= 0 or args.depth < 1:
         print("tools/soak: --clients, --seconds and --depth must be positive", file=sys.stderr)
         return 2
+    if args.codec in modbus.CODECS and args.clients > modbus.MAX_CLIENTS:
+        print(
+            f"tools/soak: --codec {args.codec} takes at most {modbus.MAX_CLIENTS} clients "
+            "(client k owns holding register k of the sim's 100)",
+            file=sys.stderr,
+        )
+        return 2
+    named = args.faults is not None
+    try:
+        faults, left_out = applicable(args.codec, args.faults if named else list(FAULTS), named)
+    except ValueError as exc:
+        print(f"tools/soak: {exc}", file=sys.stderr)
+        return 2
+    for name, why in left_out.items():
+        print(f"tools/soak: fault {name} left out on {args.codec}: {why}", file=sys.stderr)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     warmup = args.warmup if args.warmup is not None else min(args.seconds / 4, 60.0)
     opts = Options(
-        args.clients, args.seconds, args.faults, seed, args.depth, warmup,
-        args.json_out, args.max_rss_growth, args.keep,
+        args.clients, args.seconds, faults, seed, args.depth, warmup,
+        args.json_out, args.max_rss_growth, args.keep, args.codec, left_out,
     )  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="verld-soak-"))
     try:

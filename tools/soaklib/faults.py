@@ -22,6 +22,28 @@ FAULTS = (
     "powercycle",
 )
 
+#: faults a codec cannot take, and why: `all` leaves them out, naming one is an error
+NOT_ON: dict[str, dict[str, str]] = {
+    "modbus-tcp": {
+        "corrupt": "Modbus TCP has no checksum: the sim's flipped PDU byte reaches the "
+        "client as data, so a wrong value would be the sim's doing, not verld's",
+    },
+}
+
+
+def applicable(codec: str, faults: list[str], named: bool) -> tuple[list[str], dict[str, str]]:
+    """The faults to drive on `codec`, and those left out (with why). `named`: the user
+    listed them (ValueError for one the codec cannot take) rather than asking for all."""
+    excluded = NOT_ON.get(codec, {})
+    left_out = {name: excluded[name] for name in faults if name in excluded}
+    if named and left_out:
+        raise ValueError(
+            "; ".join(
+                f"fault {name} does not apply to {codec}: {why}" for name, why in left_out.items()
+            )
+        )
+    return [name for name in faults if name not in excluded], left_out
+
 
 class Control:
     """The sim's control socket (verld.testing's client): a RuntimeError when not ok."""

@@ -7,6 +7,7 @@ import contextlib
 import random
 import time
 from base64 import b64encode
+from collections.abc import Callable
 from typing import Any
 
 from soaklib.api import Conn, Tally
@@ -58,8 +59,19 @@ async def client(
         conn.settle()
 
 
-async def abandoner(sock: str, until: float, rng: random.Random, tally: Tally) -> None:
-    """Send a few calls and hang up at once: the daemon must forget the dead owner."""
+def _verl_payload(i: int, rng: random.Random) -> bytes:
+    return b"\x01abandoned" + bytes([i])
+
+
+async def abandoner(
+    sock: str,
+    until: float,
+    rng: random.Random,
+    tally: Tally,
+    payload: Callable[[int, random.Random], bytes] = _verl_payload,
+) -> None:
+    """Send a few calls (`payload(i, rng)` each) and hang up at once: the daemon must
+    forget the dead owner."""
     while time.monotonic() < until:
         await asyncio.sleep(rng.uniform(0.2, 1.0))
         try:
@@ -68,7 +80,7 @@ async def abandoner(sock: str, until: float, rng: random.Random, tally: Tally) -
             continue
         for i in range(rng.randint(1, 8)):
             fields = {"wait": True, "timeout": 2.0} if rng.random() < 0.3 else {}
-            data = b64encode(b"\x01abandoned" + bytes([i])).decode()
+            data = b64encode(payload(i, rng)).decode()
             writer.write(wire.encode({"op": "call", "id": i, "data": data, **fields}))
             tally.abandoned += 1
         with contextlib.suppress(OSError):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from soaklib import modbus
 from soaklib.api import OUTCOMES, Conn, Tally, link_state, wait_up
 from soaklib.faults import Control, fault_driver
 from soaklib.load import REPLY_BOUND, abandoner, client
@@ -30,6 +31,8 @@ class Options:
     json_out: str | None
     max_rss_growth: float | None
     keep: bool
+    codec: str = "verl"  #: verl (echo calls) or modbus-rtu / modbus-tcp (soaklib.modbus)
+    left_out: dict[str, str] | None = None  #: faults this codec cannot take, and why
 
 
 async def watch(proc: subprocess.Popen[bytes], until: float, died: list[float]) -> None:
@@ -40,13 +43,29 @@ async def watch(proc: subprocess.Popen[bytes], until: float, died: list[float]) 
         await asyncio.sleep(0.1)
 
 
+async def final_echo(sock: str, tally: Tally) -> bool:
+    """Once the faults stop: an echo call works (and some call worked before)."""
+    final = Conn(tally, "final")
+    await final.open(sock)
+    pending = final.send_call(b"\x01final-check")
+    tally.calls += 1
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(pending.done.wait(), 10)
+    await final.close()
+    final.settle()
+    return pending.replies == 1 and tally.outcomes["ok"] > 0
+
+
 async def soak(opts: Options, workdir: Path) -> dict[str, Any]:
     rng = random.Random(opts.seed)
-    sim = start_sim(workdir, opts.seed)
+    on_modbus = opts.codec in modbus.CODECS
+    sim = start_sim(workdir, opts.seed, opts.codec)
     daemon: DaemonProc | None = None
     control = Control(sim.control_path)
+    mb = modbus.ModbusTally()
     try:
-        daemon = start_daemon(workdir, sim.link)
+        link = sim.address if opts.codec == "modbus-tcp" else sim.link
+        daemon = start_daemon(workdir, link, opts.codec)
         sock = daemon.socket
         await wait_up(sock, daemon.proc, 20)
         pid = daemon.pid
@@ -56,11 +75,22 @@ async def soak(opts: Options, workdir: Path) -> dict[str, Any]:
         t0 = time.monotonic()
         until = t0 + opts.seconds
         rngs = [random.Random(rng.random()) for _ in range(opts.clients + 1)]
-        tasks = [
-            asyncio.create_task(client(i, sock, opts.depth, until, rngs[i], tally))
-            for i in range(opts.clients)
-        ]
-        tasks.append(asyncio.create_task(abandoner(sock, until, rngs[-1], tally)))
+        if on_modbus:
+            tasks = [
+                asyncio.create_task(modbus.client(i, sock, opts.depth, until, rngs[i], tally, mb))
+                for i in range(opts.clients)
+            ]
+            tasks.append(
+                asyncio.create_task(
+                    abandoner(sock, until, rngs[-1], tally, payload=modbus.abandoned_read)
+                )
+            )
+        else:
+            tasks = [
+                asyncio.create_task(client(i, sock, opts.depth, until, rngs[i], tally))
+                for i in range(opts.clients)
+            ]
+            tasks.append(asyncio.create_task(abandoner(sock, until, rngs[-1], tally)))
         tasks.append(asyncio.create_task(fault_driver(control, opts.faults, until, rng, episodes)))
         tasks.append(asyncio.create_task(watch(daemon.proc, until + REPLY_BOUND, died)))
         await asyncio.sleep(min(opts.warmup, opts.seconds))
@@ -82,15 +112,10 @@ async def soak(opts: Options, workdir: Path) -> dict[str, Any]:
             await control("reset")
             with contextlib.suppress(RuntimeError):
                 await wait_up(sock, daemon.proc, 15)
-                final = Conn(tally, "final")
-                await final.open(sock)
-                pending = final.send_call(b"\x01final-check")
-                tally.calls += 1
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(pending.done.wait(), 10)
-                final_ok = pending.replies == 1 and tally.outcomes["ok"] > 0
-                await final.close()
-                final.settle()
+                if on_modbus:
+                    final_ok = await modbus.final_check(sock, tally, mb)
+                else:
+                    final_ok = await final_echo(sock, tally)
         tasks[-1].cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await tasks[-1]
@@ -111,7 +136,7 @@ async def soak(opts: Options, workdir: Path) -> dict[str, Any]:
             daemon.stop()
         sim.stop()
     counters = status.get("counters", {})
-    return {
+    report: dict[str, Any] = {
         "clients": opts.clients,
         "seconds": opts.seconds,
         "elapsed": round(elapsed, 1),
@@ -140,3 +165,13 @@ async def soak(opts: Options, workdir: Path) -> dict[str, Any]:
         "counters": counters,
         "examples": tally.examples,
     }
+    if on_modbus:
+        report["codec"] = opts.codec
+        report["faults_left_out"] = opts.left_out or {}
+        report["modbus"] = {
+            "units": list(modbus.UNITS),
+            "silent_unit": modbus.SILENT,
+            **mb.report(),
+            "status_units": status.get("units", []),
+        }
+    return report

@@ -51,6 +51,7 @@ __all__ = [
     "check_request",
     "crc16",
     "mbap_frame",
+    "response_shape",
     "rtu_frame",
     "rtu_request_length",
     "rtu_response_length",
@@ -142,6 +143,24 @@ _REQUEST_FIXED = {
 }
 
 
+def response_shape(payload: bytes) -> tuple[int | None, bytes | None]:
+    """What the normal response to `payload` (unit + PDU) must hold: (its byte count,
+    for reads of bits or registers; the echo of address and value or quantity, for
+    writes). None where the function code does not fix it."""
+    fc, data = payload[1], payload[2:]
+    if len(data) < 4:
+        return None, None
+    if fc in (0x01, 0x02):
+        quantity = data[2] << 8 | data[3]
+        return ((quantity + 7) // 8, None) if quantity <= 2000 else (None, None)
+    if fc in (0x03, 0x04):
+        quantity = data[2] << 8 | data[3]
+        return (2 * quantity, None) if quantity <= 125 else (None, None)
+    if fc in (0x05, 0x06, 0x0F, 0x10):
+        return None, bytes(data[:4])
+    return None, None
+
+
 def rtu_response_length(buf: bytes | bytearray) -> int | None:
     """The length of the RTU response starting `buf`, or None (need more bytes, or unknown).
 
@@ -199,6 +218,10 @@ class ModbusRtuCodec:
         self._buf = bytearray()
         #: the outstanding request's (unit, function code); None once answered
         self._pending: tuple[int, int] | None = None
+        #: what the pending call's normal response must hold: its byte count (reads)
+        #: or the echo of address and value/quantity (writes); None: not checked
+        self._count: int | None = None
+        self._echo: bytes | None = None
         self._noise = False  #: a run of dropped bytes is being counted (as one)
 
     def encode_request(self, seq: int, payload: bytes) -> bytes:
@@ -210,6 +233,7 @@ class ModbusRtuCodec:
             self._drop(len(self._buf))
         self._noise = False
         self._pending = (payload[0], payload[1])
+        self._count, self._echo = response_shape(payload)
         return rtu_frame(payload)
 
     def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
@@ -310,6 +334,12 @@ class ModbusRtuCodec:
             code = body[2]
             return None if code == 0 else _new_tuple(Inbound, (_KIND_REPLY, None, code, body, None))
         if len(body) > self._max_data:
+            return None
+        # The response of another request of this unit and function (a late one) must
+        # not pass for this one's where its shape tells them apart.
+        if self._count is not None and body[2] != self._count:
+            return None
+        if self._echo is not None and body[2:6] != self._echo:
             return None
         return _new_tuple(Inbound, (_KIND_REPLY, None, 0, body, None))
 

@@ -151,9 +151,24 @@ def render_status(st: dict[str, Any]) -> str:
         ("reconnects", str(c["reconnects"])),
         ("lease", "none" if not st.get("lease") else json.dumps(st["lease"])),
         ("inhibit", _inhibit_row(st.get("inhibit"))),
+        *_modbus_rows(st.get("modbus")),
         *_unit_rows(st.get("units")),
     ]
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
+
+
+def _modbus_rows(front: Any) -> Rows:
+    """The Modbus TCP front's row, when it is on."""
+    if not isinstance(front, dict):
+        return []
+    exceptions = front.get("exceptions") or {}
+    shown = ", ".join(f"{safe(code)} x{n}" for code, n in exceptions.items()) or "none"
+    return [(
+        "modbus",
+        f"{safe(front.get('listen'))}  {front.get('connections')} connections  "
+        f"calls {front.get('calls')}  exceptions {shown}  "
+        f"malformed {front.get('closed_malformed')}",
+    )]  # fmt: skip
 
 
 # --- events and logs ---------------------------------------------------------------
