@@ -133,14 +133,29 @@ class TestLanes:
         assert [c.payload.decode() for c in q.take(4)] == ["a0", "b0", "a1", "b1"]
 
     def test_a_retry_is_first_of_its_unit_but_its_unit_goes_last(self) -> None:
-        """Pushed back to the front: before its owner's next call, after other units."""
+        """Unit 9's try taken, unit 1's call comes, the try is pushed back: unit 1 first,
+        then the retry before its owner's next call."""
         q = LaneQueue(100, 100)
-        admit_push(q, unit_call("a", 9, "a1"))
+        first = unit_call("a", 9, "a0")
+        admit_push(q, first)
+        assert q.take(1) == [first]
         admit_push(q, unit_call("b", 1, "b0"))
-        retry = unit_call("a", 9, "a0")
-        assert q.admit(retry) is None
-        q.push(retry, front=True)
+        admit_push(q, unit_call("a", 9, "a1"))
+        q.push(first, front=True)
         assert [c.payload.decode() for c in q.take(3)] == ["b0", "a0", "a1"]
+
+    def test_a_call_that_comes_during_a_silent_units_try_goes_before_its_next(self) -> None:
+        """Three owners on heavy unit 9, one on unit 1 arriving after each take: unit 1's
+        calls alternate with unit 9's tries, never two tries in between."""
+        q = LaneQueue(100, 100, heavy=lambda unit: unit == 9)
+        for owner in "bcd":
+            admit_push(q, unit_call(owner, 9, owner))
+        order = []
+        for i in range(3):
+            order += [c.payload.decode() for c in q.take(1)]  # a try of unit 9 starts
+            admit_push(q, unit_call("a", 1, f"a{i}"))  # unit 1's call comes meanwhile
+            order += [c.payload.decode() for c in q.take(1)]
+        assert order == ["b", "a0", "c", "a1", "d", "a2"]
 
     def test_push_next_goes_before_everything(self) -> None:
         """A heartbeat ping queued with push_next is taken first."""
@@ -167,18 +182,21 @@ class TestLanes:
     ) -> None:
         """Whatever is pushed (and dropped), each call is taken at most once, and one
         owner's calls to one unit keep their order."""
-        q = LaneQueue(1000, 1000)
+        q = LaneQueue(1000, 1000, heavy=lambda unit: unit == 4)
         pushed: list[Call] = []
-        for i, (owner, unit, drop_b) in enumerate(pushes):
+        taken: list[Call] = []
+        for i, (owner, unit, flag) in enumerate(pushes):
             c = unit_call(owner, unit, str(i))
             admit_push(q, c)
             pushed.append(c)
-            if drop_b and owner == "b":
+            if flag and owner == "b":
                 q.drop_owner("b")
-        taken: list[Call] = []
+            elif flag:  # lanes empty and fill again between takes
+                taken += q.take(batch)
         while q.ready():
             taken += q.take(batch)
         assert len(q) == 0 and len({id(c) for c in taken}) == len(taken)
+        assert len(set(q._order)) == len(q._order)  # each lane has one place
         waiting = {id(c) for c in taken}
         for owner in "abc":
             for unit in range(1, 5):
@@ -203,3 +221,16 @@ class TestLanes:
         admit_push(q, unit_call("a", 1, "a0"))
         admit_push(q, unit_call("a", 1, "a1"))
         assert [c.payload.decode() for c in q.take(4)] == ["d", "a0", "e", "a1"]
+
+    def test_a_lane_that_empties_keeps_its_one_place(self) -> None:
+        """Unit 1 emptied and filled again between unit 9's tries: still one turn each."""
+        q = LaneQueue(100, 100, heavy=lambda unit: unit == 9)
+        for owner in "bc":
+            admit_push(q, unit_call(owner, 9, owner))
+        order = []
+        for i in range(4):
+            admit_push(q, unit_call("a", 1, f"a{i}"))
+            order += [c.payload.decode() for c in q.take(2)]
+            admit_push(q, unit_call("bc"[i % 2], 9, "bc"[i % 2]))
+        assert order == ["b", "a0", "c", "a1", "b", "a2", "c", "a3"]
+        assert sorted(q._order) == [1, 9]

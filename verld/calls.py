@@ -228,6 +228,10 @@ class FairQueue:
         self._gone(gone)
         return gone
 
+    def sent_directly(self, key: int) -> None:
+        """A call went out without queueing (`LaneQueue` takes note; no-op here)."""
+        return
+
     def _gone(self, calls: list[Call]) -> None:
         self.waiting -= len(calls)
         for call in calls:
@@ -240,103 +244,134 @@ NEXT_LANE = -2
 
 class LaneQueue(FairQueue):
     """A `FairQueue` served round-robin by lane (`Call.unit`: a Modbus unit) as well as
-    by owner: lanes take turns, and a lane's turn serves each of its owners waiting
-    when the turn began once — except a `heavy` lane (a unit whose last try timed
-    out), whose turn is one call. So between two turns of any owner there is at most
-    one try of each other lane, and a silent unit costs the others one try a round
-    however many owners call it.
+    by owner.
 
-    A call pushed back (a retry) goes to the front of its owner's FIFO in its lane,
-    and its lane to the back of the ring: it had its turn, the others go first.
+    The lanes stand in a ring in the order they were first seen and keep their place
+    while empty (at most 256 units); a pointer goes round it, skipping empty lanes, and
+    a lane seen for the first time joins at the pointer (its turn comes next: a lane is
+    new once, so this cannot starve the others). A lane's turn serves each of its owners waiting when the turn began once —
+    except a `heavy` lane (a unit whose last try timed out), whose turn is one call.
+    So a call waits for at most one turn of each other lane, and a silent unit costs
+    the others one try a round however many owners call it. The pointer leaves a lane
+    when its turn's last call is taken (not when it ends), so a call that comes while
+    a silent unit's try is on the bus goes before that unit's next try.
+
+    A call pushed back (a retry) goes to the front of its owner's FIFO in its lane;
+    the lane keeps its place, so it waits for the others' turns. `push_next` (a
+    heartbeat ping) goes before everything.
     """
 
     def __init__(self, limit: int, share: int, heavy: Callable[[int], bool] | None = None) -> None:
         super().__init__(limit, share)
         self._lanes: dict[int, _Owners] = {}
-        self._lane_ring: deque[int] = deque()
+        self._order: list[int] = []  #: the ring of lanes, in the order first seen
+        self._pos = 0  #: the lane whose turn it is (or comes next)
+        self._turn_left = 0  #: calls left in that lane's turn (0: not begun)
+        self._next: deque[Call] = deque()  #: calls before any lane (push_next)
+        self._last: int | None = None  #: the lane that had the last turn
         #: whether a lane's turn is one call only (the bus: the unit's last try timed out)
         self.heavy: Callable[[int], bool] = heavy or _light
-        self._turn_lane: int | None = None  #: the lane whose turn it is (the ring's head)
-        self._turn_left = 0  #: calls left in that turn
 
     def __iter__(self) -> Iterator[Call]:
-        return iter([c for lane in self._lanes.values() for c in lane.calls()])
+        calls = list(self._next)
+        for lane in self._lanes.values():
+            calls.extend(lane.calls())
+        return iter(calls)
 
     def push(self, call: Call, *, front: bool = False) -> None:
-        """Queue a call in its lane; `front` (a retry): at the front of its owner's
-        FIFO, its lane at the back of the ring (the lane has just had its turn)."""
-        key = call.unit
-        lane = self._lanes.get(key)
+        """Queue a call in its lane (`front`, a retry: first of its owner's calls)."""
+        lane = self._lanes.get(call.unit)
         if lane is None:
-            lane = self._lanes[key] = _Owners()
-            self._lane_ring.append(key)
-        elif front:
-            self._lane_ring.remove(key)
-            self._lane_ring.append(key)
-            if self._turn_lane == key:
-                self._turn_lane = None
+            lane = self._new_lane(call.unit)
         lane.push(call, front)
         self.waiting += 1
 
-    def push_next(self, call: Call) -> None:
-        """Queue a call to go before any other (a heartbeat ping), in a lane of its own."""
-        call.unit = NEXT_LANE
-        lane = self._lanes.get(NEXT_LANE)
-        if lane is None:
-            lane = self._lanes[NEXT_LANE] = _Owners()
+    def _new_lane(self, key: int) -> _Owners:
+        """A lane seen for the first time: at the end of the round, just before the lane
+        that had the last turn (so before that lane's next turn), or last of all."""
+        lane = self._lanes[key] = _Owners()
+        order = self._order
+        at = order.index(self._last) if self._last in order else len(order)
+        if self._turn_left and self._pos == at:
+            at += 1  # (that lane is amid a turn again: the newcomer goes after it)
+        order.insert(at, key)
+        if self._pos > at:
+            self._pos += 1  # the pointer stays on its lane (on the last-turned lane
+        return lane  # it now points at the newcomer, whose turn comes first)
+
+    def sent_directly(self, key: int) -> None:
+        """A call of lane `key` went out without queueing (nothing was waiting): that
+        was the lane's turn, so the pointer moves past it."""
+        if key not in self._lanes:
+            self._new_lane(key)
+        if self._order[self._pos] == key:
+            self._end_turn()
         else:
-            self._lane_ring.remove(NEXT_LANE)
-        self._lane_ring.appendleft(NEXT_LANE)
-        lane.push(call, True)
+            self._last = key
+
+    def push_next(self, call: Call) -> None:
+        """Queue a call to go before any other (a heartbeat ping)."""
+        call.unit = NEXT_LANE
+        call.queued = True
+        self._next.append(call)
         self.waiting += 1
 
     def ready(self) -> bool:
         excl = self.exclusive
         if excl is None:
-            return bool(self._lane_ring)
-        return any(lane.ready(excl) for lane in self._lanes.values())
+            return self.waiting > 0
+        return any(c.owner is excl for c in self._next) or any(
+            lane.ready(excl) for lane in self._lanes.values()
+        )
 
     def take(self, n: int) -> list[Call]:
         out: list[Call] = []
-        ring, lanes, excl = self._lane_ring, self._lanes, self.exclusive
-        while len(out) < n and ring:
-            if excl is not None:  # leased: the holder's calls, a lane at a time
-                key = next((k for k in ring if lanes[k].ready(excl)), None)
-                if key is None:
-                    break
-                self._turn_lane, self._turn_left = key, 1
-            else:
-                key = ring[0]
-                if self._turn_lane != key:
-                    self._turn_lane = key
-                    self._turn_left = 1 if self.heavy(key) else len(lanes[key].ring)
-            lane = lanes[key]
-            call = lane.take(excl)
-            assert call is not None
+        excl, nxt = self.exclusive, self._next
+        while len(out) < n and nxt and (excl is None or nxt[0].owner is excl):
+            call = nxt.popleft()
+            call.queued = False
             out.append(call)
+        order, lanes = self._order, self._lanes
+        while len(out) < n and order:
+            for _ in range(len(order)):  # the next lane with a call to give, from the pointer
+                lane = lanes[order[self._pos]]
+                if lane.ready(excl):
+                    break
+                self._skip()
+            else:
+                break
+            if not self._turn_left:
+                key = order[self._pos]
+                self._turn_left = 1 if excl is not None or self.heavy(key) else len(lane.ring)
+            taken = lane.take(excl)
+            assert taken is not None
+            out.append(taken)
             self._turn_left -= 1
-            if not lane:
-                self._drop_lane(key)
-            elif self._turn_left <= 0:
-                ring.remove(key)
-                ring.append(key)  # its turn is over: to the back
-                self._turn_lane = None
+            if not self._turn_left or not lane:
+                self._end_turn()
         self.waiting -= len(out)
         return out
 
+    def _end_turn(self) -> None:
+        self._last = self._order[self._pos]
+        self._skip()
+
+    def _skip(self) -> None:
+        self._pos = (self._pos + 1) % len(self._order)
+        self._turn_left = 0
+
     def remove(self, call: Call) -> None:
-        lane = self._lanes[call.unit]
-        lane.remove(call)
+        if call.unit == NEXT_LANE:
+            self._next.remove(call)
+            call.queued = False
+        else:
+            self._lanes[call.unit].remove(call)
         self.waiting -= 1
-        if not lane:
-            self._drop_lane(call.unit)
 
     def drop_owner(self, owner: Hashable) -> list[Call]:
         gone: list[Call] = []
-        for key, lane in list(self._lanes.items()):
+        for lane in self._lanes.values():
             gone += lane.take_owner(owner)
-            if not lane:
-                self._drop_lane(key)
         self._gone(gone)
         return gone
 
@@ -344,12 +379,6 @@ class LaneQueue(FairQueue):
         """The calls waiting in one lane (a snapshot)."""
         lane = self._lanes.get(key)
         return [] if lane is None else list(lane.calls())
-
-    def _drop_lane(self, key: int) -> None:
-        del self._lanes[key]
-        self._lane_ring.remove(key)
-        if self._turn_lane == key:
-            self._turn_lane = None
 
 
 def _light(_: int) -> bool:

@@ -173,6 +173,8 @@ class Session:
             self.finish(call, *refused)
             return
         if not queue.waiting and queue.exclusive is None and self._sendable():
+            if self.bus is not None:  # (that was its unit's turn on the bus)
+                queue.sent_directly(call.unit)
             self.send([call])  # what _pump would do, without the trip through the queue
             return
         queue.push(call)
