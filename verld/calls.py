@@ -247,14 +247,15 @@ class LaneQueue(FairQueue):
     by owner.
 
     The lanes stand in a ring in the order they were first seen and keep their place
-    while empty (at most 256 units); a pointer goes round it, skipping empty lanes, and
-    a lane seen for the first time joins at the pointer (its turn comes next: a lane is
-    new once, so this cannot starve the others). A lane's turn serves each of its owners waiting when the turn began once —
-    except a `heavy` lane (a unit whose last try timed out), whose turn is one call.
-    So a call waits for at most one turn of each other lane, and a silent unit costs
-    the others one try a round however many owners call it. The pointer leaves a lane
-    when its turn's last call is taken (not when it ends), so a call that comes while
-    a silent unit's try is on the bus goes before that unit's next try.
+    while empty (at most 256 units); a pointer goes round it, skipping empty lanes. A
+    lane seen for the first time joins just before the lane that had the last turn
+    (before that lane's next turn: a lane is new once, so this starves nobody). A
+    lane's turn serves each of its owners waiting when the turn began once, except a
+    `heavy` lane's (a unit whose last try timed out), which is one call. So a call
+    waits for at most one turn of each other lane, and a silent unit costs the others
+    one try a round however many owners call it. The pointer leaves a lane when its
+    turn's last call is taken (not when it ends), so a call that comes while a silent
+    unit's try is on the bus goes before that unit's next try.
 
     A call pushed back (a retry) goes to the front of its owner's FIFO in its lane;
     the lane keeps its place, so it waits for the others' turns. `push_next` (a
