@@ -158,3 +158,68 @@ class TestBenchAB:
         assert "round 1:" in proc.stdout
         medians = [line for line in proc.stdout.splitlines() if "lock-step" in line and "×" in line]
         assert len(medians) == 2, proc.stdout
+
+
+@pytest.fixture(scope="module")
+def modbus_bench(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    out = tmp_path_factory.mktemp("bench-modbus") / "bench.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, str(REPO / "tools" / "bench"), "--modbus", "--quick"),
+            # no mbusd (no build); 2 registers: a response the sim's 19200-baud line hands
+            # over in one piece (verld drops a longer one split by a pause; docs/benchmarks.md)
+            *("--no-mbusd", "--modbus-registers", "2", "--json", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    result = json.loads(out.read_text()) if out.exists() else None
+    return proc, result
+
+
+@pytest.mark.timeout(120)
+class TestQuickModbusBench:
+    def test_exits_zero_with_every_response_right(self, modbus_bench: Any) -> None:
+        """`--modbus --quick --no-mbusd` exits 0: no wrong or missing response anywhere."""
+        proc, result = modbus_bench
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert result is not None and result["ok"] is True and result["errors"] == []
+        assert "rounds" not in result  # only the Modbus rounds ran
+        assert "NO mbusd" in proc.stdout  # and it says the mbusd column is left out
+
+    def test_json_has_the_verld_and_direct_figures(self, modbus_bench: Any) -> None:
+        """direct and verld (no mbusd) have their lock-step, paced and offline figures."""
+        _, result = modbus_bench
+        mb = result["modbus"]
+        assert mb["paths"] == ["direct", "verld"] and mb["mbusd"]["binary"] is None
+        figures = mb["summary"]["figures"]
+        assert sorted(figures) == ["direct", "verld"]
+        for path in ("direct", "verld"):
+            for key in ("lock_p50_us", "lock_p90_us", "lock_p99_us", "raw_p50_us", "lock_calls"):
+                assert isinstance(figures[path][key], int | float) and figures[path][key] > 0
+        for key in ("paced_calls", "paced_util", "off_p50_ms", "off_p99_ms", "off_calls"):
+            assert isinstance(figures["verld"][key], int | float), key
+        targets = {t["name"]: t for t in mb["summary"]["targets"]}
+        assert targets["verld p50 / direct p50, lock-step (pymodbus clients)"]["measured"] > 0
+        assert targets["verld p50 / mbusd p50, lock-step (pymodbus clients)"]["pass"] is None
+
+    def test_every_workload_was_checked_and_right(self, modbus_bench: Any) -> None:
+        """Each workload made calls, all checked right; verld's count matches the masters'."""
+        _, result = modbus_bench
+        (rnd,) = result["modbus"]["rounds"]
+        runs = [*rnd["direct"].values(), *rnd["verld"].values()]
+        assert len(runs) == 6  # lock_py + lock_raw on both; paced8 + offline on verld
+        for run in runs:
+            assert run["calls"] > 0 and run["errors"] == 0, run.get("error_samples")
+        offline = rnd["verld"]["offline"]
+        assert offline["masters"] == 3 and offline["silent"]["calls"] > 0
+        assert set(offline["silent"]["exceptions"]) <= {"0x0a", "0x0b"}
+        units = {u["unit"]: u for u in offline["verld_units"]}
+        assert units[5]["offline"] is True and units[1]["offline"] is False
+        assert (
+            rnd["verld"]["paced8"]["verld_counters"]["calls_ok"] == rnd["verld"]["paced8"]["good"]
+        )

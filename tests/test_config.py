@@ -588,3 +588,14 @@ class TestRobustness:
             parse_config(text)
         except ConfigError as exc:
             assert str(exc)
+
+
+def test_a_modbus_listen_given_as_a_port_number_says_where_the_host_goes() -> None:
+    """`modbus.listen: 1502` is told to write "127.0.0.1:1502"."""
+    with pytest.raises(ConfigError, match='write the host too: "127.0.0.1:1502"'):
+        parse_config("device: {codec: modbus-rtu}\nmodbus: {listen: 1502}\n")
+
+
+def test_modbus_idle_timeout_0_is_never() -> None:
+    """idle_timeout 0 is valid (connections are never closed for silence)."""
+    assert parse_config("modbus: {idle_timeout: 0}\n").modbus.idle_timeout == 0

@@ -553,3 +553,13 @@ def test_status_shows_the_modbus_front_when_it_is_on() -> None:
         r for r in render_status({**base, "modbus": front}).splitlines() if r.startswith("modbus")
     )
     assert "127.0.0.1:1502" in row and "2 connections" in row and "0x0b x3" in row
+
+
+def test_units_show_errors_only_when_some_unit_has_them() -> None:
+    """`errors` (calls refused before the bus) appears as a column once non-zero."""
+    from verld.ctl.render import _unit_rows
+
+    quiet = [{"unit": 1, "calls": 2, "ok": 2, "exceptions": 0, "timeouts": 0, "errors": 0}]
+    assert "errors" not in " ".join(v for _, v in _unit_rows(quiet))
+    busy = [{**quiet[0], "calls": 3, "errors": 1}]
+    assert "errors 1" in " ".join(v for _, v in _unit_rows(busy))

@@ -72,7 +72,7 @@ def test_status_and_metrics_show_the_units(rtu: DaemonProc) -> None:
             client.call(bytes.fromhex("070300000001"))
     units = {u["unit"]: u for u in rtu.status()["units"]}
     assert units[1] == {"unit": 1, "calls": 2, "ok": 1, "exceptions": 1, "timeouts": 0,
-                        "offline": False}  # fmt: skip
+                        "offline": False, "errors": 0}  # fmt: skip
     assert units[7]["offline"] is True and units[7]["timeouts"] == 3
     text = client.request("metrics")["text"]
     assert 'verld_modbus_unit_calls_total{unit="7",outcome="offline"} 1' in text

@@ -194,6 +194,16 @@ class TestWrites:
         assert Modbus(rw.daemon.client()).read_holding_registers(2, 8, 1) == [777]
 
 
+def test_a_refused_broadcast_is_not_answered_either(gw: Gateway) -> None:
+    """read_only, unit 0 write: refused without an answer (a broadcast never gets one)."""
+    s = gw.raw()
+    with s:
+        s.sendall(mbap(1, bytes.fromhex("000600080309")))
+        s.sendall(mbap(2, bytes.fromhex("010300080001")))
+        (tid, body), = recv_frames(s, 1)  # fmt: skip
+    assert tid == 2 and body == bytes.fromhex("010302006c")  # (register 8 unchanged: 108)
+
+
 class TestFailures:
     def test_a_silent_unit_is_exception_0b(self, gw: Gateway) -> None:
         """No answer from unit 3: gateway target failed to respond; offline: at once."""

@@ -424,8 +424,24 @@ class TestFigures:
             rig.clock.advance(2.0)
         units = session_status(rig.session)["units"]
         assert units == [
-            {"unit": 1, "calls": 2, "ok": 1, "exceptions": 1, "timeouts": 0, "offline": False},
-            {"unit": 9, "calls": 4, "ok": 0, "exceptions": 0, "timeouts": 4, "offline": True},
+            {
+                "unit": 1,
+                "calls": 2,
+                "ok": 1,
+                "exceptions": 1,
+                "timeouts": 0,
+                "offline": False,
+                "errors": 0,
+            },
+            {
+                "unit": 9,
+                "calls": 4,
+                "ok": 0,
+                "exceptions": 0,
+                "timeouts": 4,
+                "offline": True,
+                "errors": 0,
+            },
         ]
 
     def test_metrics_count_unit_calls_by_outcome(self) -> None:

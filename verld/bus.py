@@ -76,6 +76,7 @@ class Unit:
             "exceptions": o["exception"],
             "timeouts": o["timeout"] + o["offline"],
             "offline": self.offline,
+            "errors": o["error"],
         }
 
 

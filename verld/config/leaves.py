@@ -287,15 +287,25 @@ def _bad_id(child: Item, kind: str) -> str:
     return str(expected(child, f"a {kind} (an integer >= 0)"))
 
 
-def listen(item: Item) -> str:
-    text = string(item, 'HOST:PORT such as "127.0.0.1:9108"')
-    try:
-        host_port(text)
-    except ValueError as exc:
-        raise BadValue(
-            f'expected HOST:PORT such as "127.0.0.1:9108", got {text!r}: {exc}'
-        ) from None
-    return text
+def listener(example: str) -> Check:
+    """A "HOST:PORT" to listen on; `example` is shown in the messages."""
+
+    def listen(item: Item) -> str:
+        v = item.value
+        if isinstance(v, int) and not isinstance(v, bool):  # a port alone: say where the host goes
+            raise BadValue(f'expected HOST:PORT such as "{example}", got the number {v}; '
+                           f'write the host too: "127.0.0.1:{v}"')  # fmt: skip
+        text = string(item, f'HOST:PORT such as "{example}"')
+        try:
+            host_port(text)
+        except ValueError as exc:
+            raise BadValue(f'expected HOST:PORT such as "{example}", got {text!r}: {exc}') from None
+        return text
+
+    return listen
+
+
+listen = listener("127.0.0.1:9108")
 
 
 def host(item: Item) -> str:

@@ -97,10 +97,10 @@ _API = Section(
 _MODBUS = Section(
     ModbusConfig,
     {
-        "listen": leaves.optional(leaves.listen),
+        "listen": leaves.optional(leaves.listener("127.0.0.1:1502")),
         "max_connections": _POSITIVE,
         "read_only": leaves.boolean,
-        "idle_timeout": leaves.seconds(zero_ok=False),
+        "idle_timeout": leaves.seconds(zero_ok=True),
         "turnaround": leaves.seconds(zero_ok=True),
         "offline_after": _POSITIVE,
         "offline_backoff": leaves.seconds(zero_ok=True),

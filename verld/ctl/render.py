@@ -128,12 +128,14 @@ def _unit_rows(units: object) -> Rows:
     entries = [u for u in units if isinstance(u, dict)]
     if not entries:
         return [("units", "none yet")]
-    cells = [[safe(u.get(k, "-")) for k in UNIT_COLUMNS] for u in entries]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(UNIT_COLUMNS))]
+    # errors (link down, busy, ... : calls that never got to the unit) only when some
+    columns = (*UNIT_COLUMNS, "errors") if any(u.get("errors") for u in entries) else UNIT_COLUMNS
+    cells = [[safe(u.get(k, "-")) for k in columns] for u in entries]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     offline = sum(1 for u in entries if u.get("offline"))
     rows = [("units", f"{len(entries)}" + (f" ({offline} offline)" if offline else ""))]
     for u, row in zip(entries, cells, strict=True):
-        line = "  ".join(f"{k} {v:<{w}}" for k, v, w in zip(UNIT_COLUMNS, row, widths, strict=True))
+        line = "  ".join(f"{k} {v:<{w}}" for k, v, w in zip(columns, row, widths, strict=True))
         if u.get("offline"):
             line += "  OFFLINE"
         rows.append((f"unit {safe(u.get('unit', '?'))}", line.rstrip()))

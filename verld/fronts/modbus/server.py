@@ -128,11 +128,14 @@ class ModbusConn(asyncio.Protocol):
         slot = _Slot()
         self.slots.append(slot)
         front.stats.calls += 1
+        broadcast = front.rtu and request[0] == 0
         if front.read_only and request[1] not in READS:
             front.counts_outcome("forbidden")
-            self._fill(slot, exception_frame(tid, request, ILLEGAL_FUNCTION))
+            # (a broadcast is never answered, not even to say no)
+            self._fill(
+                slot, _NOTHING if broadcast else exception_frame(tid, request, ILLEGAL_FUNCTION)
+            )
             return
-        broadcast = front.rtu and request[0] == 0
 
         def done(result: CallResult) -> None:
             front.counts_outcome(result.error or "ok")
@@ -179,7 +182,7 @@ class ModbusConn(asyncio.Protocol):
     def _touch(self) -> None:
         loop = asyncio.get_running_loop()
         self._quiet_since = loop.time()
-        if self._idle is None:
+        if self._idle is None and self.front.idle_timeout > 0:  # (0: never closed)
             self._idle = loop.call_at(self._quiet_since + self.front.idle_timeout, self._check_idle)
 
     def _check_idle(self) -> None:
@@ -187,6 +190,8 @@ class ModbusConn(asyncio.Protocol):
         if self.closed:
             return
         loop = asyncio.get_running_loop()
+        if self.front.idle_timeout <= 0:
+            return  # (turned off by a reload)
         due = self._quiet_since + self.front.idle_timeout
         if loop.time() < due or self.slots:  # spoke since, or still waiting for answers
             self._idle = loop.call_at(max(due, loop.time() + 0.05), self._check_idle)
