@@ -255,6 +255,18 @@ class TestTiming:
         rig.clock.advance(0.0001)
         assert rig.wire.requests == [READ]
 
+    def test_a_reply_of_known_length_survives_a_pause_in_mid_frame(self) -> None:
+        """Half a fc 3 reply, 20 ms of silence (a USB adapter's packet timer), the rest:
+        one reply, nothing dropped: silence ends only frames of unknown length."""
+        rig = up()
+        results = rig.call(READ)
+        frame = rtu_frame(bytes.fromhex("0103040000" + "0001"))
+        rig.session.link_data(frame[:4])
+        rig.clock.advance(0.02)
+        rig.session.link_data(frame[4:])
+        assert [(r.error, r.data) for r in results] == [(None, frame[:-2])]
+        assert rig.session.codec.bad_frames == 0
+
     def test_a_reply_of_unknown_length_ends_when_the_line_falls_quiet(self) -> None:
         """fc 0x2B's reply length is not in its bytes: 3.5 characters of silence end it."""
         rig = up()

@@ -253,8 +253,12 @@ class ModbusRtuCodec:
 
     @property
     def partial(self) -> bool:
-        """Part of a reply is buffered: the line falling quiet (`flush`) may end it."""
-        return bool(self._buf) and self._pending is not None
+        """A reply whose length its bytes do not tell is buffered: only the line falling
+        quiet (`flush`) ends it. A reply of known length is never ended by silence: a
+        USB adapter (or a paced line) may pause in mid-frame for longer than 3.5
+        characters, so it is waited for until the call's timeout."""
+        buf = self._buf
+        return len(buf) >= 2 and self._pending is not None and not _known_response(buf[1])
 
     def flush(self) -> list[Inbound]:
         """The line fell quiet (3.5 character times): frames it completes; the rest is dropped."""
