@@ -157,12 +157,19 @@ class TestLanes:
             order += [c.payload.decode() for c in q.take(1)]
         assert order == ["b", "a0", "c", "a1", "d", "a2"]
 
-    def test_push_next_goes_before_everything(self) -> None:
-        """A heartbeat ping queued with push_next is taken first."""
+    def test_a_call_sent_directly_was_its_units_turn_wherever_the_pointer_was(self) -> None:
+        """Lanes 0, 2, 3, 1 known, the pointer on empty lane 0: unit 3 sent directly, then
+        unit 3's retry and unit 1's call wait: unit 1 goes first."""
         q = LaneQueue(100, 100)
-        admit_push(q, unit_call("a", 1, "a0"))
-        q.push_next(unit_call("ping", 1, "ping"))
-        assert [c.payload.decode() for c in q.take(2)] == ["ping", "a0"]
+        for unit in (0, 2, 3, 1):
+            admit_push(q, unit_call("x", unit))
+        q.take(4)
+        retry = unit_call("a", 3, "retry")
+        q.sent_directly(3)
+        admit_push(q, unit_call("b", 1, "b0"))
+        assert q.admit(retry) is None
+        q.push(retry, front=True)
+        assert [c.payload.decode() for c in q.take(2)] == ["b0", "retry"]
 
     def test_a_lease_takes_only_the_holders_calls_across_units(self) -> None:
         """While leased, only the holder's calls come out, whatever their unit."""

@@ -361,3 +361,27 @@ def test_status_reports_the_front(gw: Gateway) -> None:
                   "exceptions": {"0x01": 1}, "closed_malformed": 0}  # fmt: skip
     with pytest.raises(ClientError):  # (and the API still refuses what is not Modbus)
         gw.daemon.client().call(b"\x01")
+
+
+def test_mbusds_own_integration_sequence_passes_through_verld(rw: Gateway) -> None:
+    """The requests of mbusd's tests/run_itests.py (fc 15, 1, 5, 2, 4, 16, 3, 6), through
+    verld's front with read_only off: each answer is what the slave holds."""
+    c = rw.master()
+    bits = [True, False, True, True, False, False, True, False]
+    w = c.write_coils(0, bits, device_id=1)
+    assert not w.isError() and (w.address, w.count) == (0, 8)
+    assert c.read_coils(0, count=8, device_id=1).bits[:8] == bits
+    w = c.write_coil(0, not bits[0], device_id=1)
+    assert not w.isError() and w.bits[0] is (not bits[0])
+    assert c.read_coils(0, count=1, device_id=1).bits[0] is (not bits[0])
+    assert c.read_discrete_inputs(0, count=8, device_id=1).bits[:8] == [
+        bool((a // 2) % 2) for a in range(8)
+    ]
+    assert c.read_input_registers(0, count=8, device_id=1).registers == [1000 + a for a in range(8)]
+    registers = [3, 1, 4, 1, 5, 9, 2, 6]
+    w = c.write_registers(0, registers, device_id=1)
+    assert not w.isError() and (w.address, w.count) == (0, 8)
+    assert c.read_holding_registers(0, count=8, device_id=1).registers == registers
+    w = c.write_register(0, 7, device_id=1)
+    assert not w.isError() and w.registers == [7]
+    assert c.read_holding_registers(0, count=1, device_id=1).registers == [7]

@@ -404,6 +404,33 @@ class TestHeartbeat:
         assert len(sent) >= 2
         assert all(b - a >= 0.9 for a, b in itertools.pairwise(sent)), sent
 
+    def test_failing_pings_take_turns_with_calls(self) -> None:
+        """The heartbeat's unit 5 is silent and a client floods silent unit 9, so pings
+        are due and fail; a read of unit 1 each second still goes within one try of
+        each (never behind a run of pings), and its reply keeps the link up."""
+        beat = "{interval: 0.5, misses: 3, timeout: 0.3, payload: '050300000001'}"
+        rig = up(RTU.replace("{interval: 0}", beat) + "modbus: {offline_after: 1000}\n")
+        s = rig.session
+
+        def flood(_: object = None) -> None:
+            s.submit(Call("flood", bytes.fromhex("090300000001"), flood, timeout=0.3, retry=0))
+
+        flood()
+        waits: list[float] = []
+        for _ in range(6):
+            results = rig.call(READ, owner="poller", timeout=0.3, retry=0)
+            t0 = rig.clock.time()
+            for _ in range(100):
+                rig.clock.advance(0.01)
+                rig.answer()
+                if results and not waits[len(waits) :]:
+                    waits.append(rig.clock.time() - t0)
+                    break
+            assert [r.error for r in results] == [None]
+            rig.clock.advance(1.0 - waits[-1])
+        assert s.counters.pings >= 2 and s.link.state is LinkState.UP
+        assert max(waits) < 2 * (0.3 + 0.1) + 0.05  # a flood try and a ping try at most
+
     def test_a_heartbeat_reply_brings_its_unit_back(self) -> None:
         """Unit 1 drops three reads (offline), then answers the heartbeat: back online."""
         rig = up(RTU.replace("{interval: 0}", self.BEAT.replace("1.0", "10.0")))

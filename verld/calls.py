@@ -238,10 +238,6 @@ class FairQueue:
             self.release(call)
 
 
-#: the lane of calls that go before every other (`LaneQueue.push_next`)
-NEXT_LANE = -2
-
-
 class LaneQueue(FairQueue):
     """A `FairQueue` served round-robin by lane (`Call.unit`: a Modbus unit) as well as
     by owner.
@@ -258,8 +254,7 @@ class LaneQueue(FairQueue):
     unit's try is on the bus goes before that unit's next try.
 
     A call pushed back (a retry) goes to the front of its owner's FIFO in its lane;
-    the lane keeps its place, so it waits for the others' turns. `push_next` (a
-    heartbeat ping) goes before everything.
+    the lane keeps its place, so it waits for the others' turns.
     """
 
     def __init__(self, limit: int, share: int, heavy: Callable[[int], bool] | None = None) -> None:
@@ -268,16 +263,12 @@ class LaneQueue(FairQueue):
         self._order: list[int] = []  #: the ring of lanes, in the order first seen
         self._pos = 0  #: the lane whose turn it is (or comes next)
         self._turn_left = 0  #: calls left in that lane's turn (0: not begun)
-        self._next: deque[Call] = deque()  #: calls before any lane (push_next)
         self._last: int | None = None  #: the lane that had the last turn
         #: whether a lane's turn is one call only (the bus: the unit's last try timed out)
         self.heavy: Callable[[int], bool] = heavy or _light
 
     def __iter__(self) -> Iterator[Call]:
-        calls = list(self._next)
-        for lane in self._lanes.values():
-            calls.extend(lane.calls())
-        return iter(calls)
+        return iter([c for lane in self._lanes.values() for c in lane.calls()])
 
     def push(self, call: Call, *, front: bool = False) -> None:
         """Queue a call in its lane (`front`, a retry: first of its owner's calls)."""
@@ -305,34 +296,18 @@ class LaneQueue(FairQueue):
         was the lane's turn, so the pointer moves past it."""
         if key not in self._lanes:
             self._new_lane(key)
-        if self._order[self._pos] == key:
-            self._end_turn()
-        else:
-            self._last = key
-
-    def push_next(self, call: Call) -> None:
-        """Queue a call to go before any other (a heartbeat ping)."""
-        call.unit = NEXT_LANE
-        call.queued = True
-        self._next.append(call)
-        self.waiting += 1
+        self._pos = self._order.index(key)  # (wherever the pointer was: the round goes
+        self._end_turn()  # on from the lane that just had its turn)
 
     def ready(self) -> bool:
         excl = self.exclusive
         if excl is None:
             return self.waiting > 0
-        return any(c.owner is excl for c in self._next) or any(
-            lane.ready(excl) for lane in self._lanes.values()
-        )
+        return any(lane.ready(excl) for lane in self._lanes.values())
 
     def take(self, n: int) -> list[Call]:
         out: list[Call] = []
-        excl, nxt = self.exclusive, self._next
-        while len(out) < n and nxt and (excl is None or nxt[0].owner is excl):
-            call = nxt.popleft()
-            call.queued = False
-            out.append(call)
-        order, lanes = self._order, self._lanes
+        excl, order, lanes = self.exclusive, self._order, self._lanes
         while len(out) < n and order:
             for _ in range(len(order)):  # the next lane with a call to give, from the pointer
                 lane = lanes[order[self._pos]]
@@ -362,11 +337,7 @@ class LaneQueue(FairQueue):
         self._turn_left = 0
 
     def remove(self, call: Call) -> None:
-        if call.unit == NEXT_LANE:
-            self._next.remove(call)
-            call.queued = False
-        else:
-            self._lanes[call.unit].remove(call)
+        self._lanes[call.unit].remove(call)
         self.waiting -= 1
 
     def drop_owner(self, owner: Hashable) -> list[Call]:

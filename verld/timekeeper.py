@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from verld.alarm import Alarm
-from verld.calls import Call, CallResult, LaneQueue
+from verld.calls import Call, CallResult
 from verld.errors import ErrorCode
 from verld.link import AfterTimeout, LinkState
 from verld.window import EPSILON
@@ -147,7 +147,8 @@ class Timekeeper:
         """modbus-rtu: the line has been silent for 3.5 characters (unless bytes came
         since): a reply of unknown length ends, and the next request may go."""
         s = self.s
-        if self.clock.time() < s.quiet_until - EPSILON:
+        left = s.quiet_until - s.precise()
+        if left > EPSILON:  # bytes came since (or the alarm rang early)
             self.quiet.set(s.quiet_until)
             return
         if s.rtu_codec is not None and s.rtu_codec.partial:
@@ -201,11 +202,14 @@ class Timekeeper:
             self._beat.set(due)
         elif s.bus is not None and (s.window or s.queue.ready() or s.link.guard_until):
             # Modbus: no reply for a heartbeat interval, yet calls go out (to silent
-            # units?): only a ping can tell a dead port. It waits its turn on the bus;
-            # its end re-arms the heartbeat.
-            assert isinstance(s.queue, LaneQueue)
+            # units?): only a ping can tell a dead port. It takes its unit's turn on
+            # the bus like a call (so a silent heartbeat unit cannot hold the others'
+            # calls back: their replies prove the port, and reset the misses); its end
+            # re-arms the heartbeat.
+            ping = self.ping(self._pinged)
+            ping.unit = ping.payload[0]
             self._pinging = True
-            s.queue.push_next(self.ping(self._pinged))
+            s.queue.push(ping)
             s.pump()
         elif s.window or s.queue.ready() or s.link.guard_until is not None:
             # Not idle: the calls on the link prove (or disprove) liveness themselves.

@@ -23,19 +23,30 @@ from types import FrameType
 from typing import Any
 
 import verld
-from benchlib import report, worker
+from benchlib import mbreport, mbworker, report, worker
+from benchlib.modbus import (
+    MBUSD_BUILD,
+    MBUSD_SRC,
+    MbusdBuild,
+    ModbusRunner,
+    ModbusTiming,
+    build_mbusd,
+    prebuilt_mbusd,
+)
 from benchlib.procs import BenchError, Procs
 from benchlib.runner import Runner, Timing
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+MODBUS_BEGIN, MODBUS_END = "<!-- bench:modbus:begin -->", "<!-- bench:modbus:end -->"
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tools/bench",
         description="Benchmark verld against a direct pty and a socat relay, all on one "
-        "verld-sim, in interleaved rounds. Prints a table, writes JSON (and a plot and "
+        "verld-sim, in interleaved rounds; and verld's Modbus TCP gateway against a direct "
+        "RTU master and mbusd. Prints a table, writes JSON (and a plot and "
         "docs/benchmarks.md on a full run).",
     )
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 5; --quick: 1)")
@@ -62,7 +73,35 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="measure nothing: print the tables of a saved run and redraw its plot/markdown",
     )
+    mb = p.add_argument_group(
+        "Modbus rounds",
+        "Part of a full run; --quick runs them only with --modbus. mbusd is built from "
+        "its source (github.com/3cky/mbusd, not in this repository: --mbusd-src or "
+        "$MBUSD_SRC) when cmake, make and a C compiler are there; else the rounds run "
+        "without the mbusd column and say why.",
+    )
+    mb.add_argument("--modbus", action="store_true", help="run only the Modbus rounds")
+    mb.add_argument("--no-modbus", action="store_true", help="leave the Modbus rounds out")
+    mb.add_argument("--no-mbusd", action="store_true", help="Modbus rounds without mbusd")
+    mb.add_argument("--mbusd", metavar="BINARY", help="use this mbusd instead of building one")
+    mb.add_argument("--mbusd-src", metavar="DIR", default=MBUSD_SRC, help="mbusd's source")
+    mb.add_argument(
+        "--mbusd-build", metavar="DIR", default=MBUSD_BUILD, help=f"build dir ({MBUSD_BUILD})"
+    )
+    mb.add_argument(
+        "--modbus-baud",
+        type=int,
+        default=19200,
+        help="the paced Modbus rounds' baud rate (default 19200; 0 skips them)",
+    )
+    mb.add_argument(
+        "--modbus-registers",
+        type=int,
+        default=10,
+        help="holding registers each Modbus call reads (default 10, at most 125)",
+    )
     p.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
+    p.add_argument("--modbus-worker", metavar="SPEC", help=argparse.SUPPRESS)
     return p
 
 
@@ -74,10 +113,18 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.worker is not None:
         return worker.main(args.worker)
+    if args.modbus_worker is not None:
+        return mbworker.main(args.modbus_worker)
     if args.from_json is not None:
         return _rerender(args)
     if args.rounds is not None and args.rounds < 1:
         print("bench: --rounds must be at least 1", file=sys.stderr)
+        return 2
+    if args.modbus and args.no_modbus:
+        print("bench: --modbus and --no-modbus exclude each other", file=sys.stderr)
+        return 2
+    if not 1 <= args.modbus_registers <= 125:
+        print("bench: --modbus-registers must be 1..125", file=sys.stderr)
         return 2
     # children (sim, verld, generators) run this checkout's verld, like the bench itself
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -111,9 +158,12 @@ def _run(args: argparse.Namespace, procs: Procs, tmp: Path) -> int:
     duration = args.duration if args.duration is not None else (0.4 if quick else 2.0)
     timing = Timing(warmup, duration)
     paced_timing = Timing(max(warmup, 0.2), max(duration, 0.6) * (1 if quick else 1.25))
+    only_modbus = args.modbus
+    with_modbus = only_modbus or not (quick or args.no_modbus)
     docs = not quick and not args.no_docs
-    json_path = args.json or (str(ROOT / "docs/bench.json") if docs else None)
-    plot_path = args.plot or (str(ROOT / "docs/bench.png") if docs else None)
+    core_docs = docs and not only_modbus  # a Modbus-only run leaves bench.json/png alone
+    json_path = args.json or (str(ROOT / "docs/bench.json") if core_docs else None)
+    plot_path = args.plot or (str(ROOT / "docs/bench.png") if core_docs else None)
     md_path = args.markdown or (str(ROOT / "docs/benchmarks.md") if docs else None)
 
     meta = _machine()
@@ -128,40 +178,115 @@ def _run(args: argparse.Namespace, procs: Procs, tmp: Path) -> int:
         loadavg_start=_loadavg(),
     )
     _say(f"bench: {meta['nproc']} CPUs ({meta['cpu']}), Python {meta['python']}, {rounds} rounds")
-    runner = Runner(procs, tmp, timing=timing, paced_timing=paced_timing, say=_say)
-    meta["paths"] = runner.paths
-    all_rounds = [runner.round(n) for n in range(rounds)]
-    paced = runner.paced(args.baud, rounds) if args.baud else None
-    idle = runner.idle(idle_seconds)
+    result: dict[str, Any] = {"meta": meta}
+    errors: list[str] = []
+    warnings: list[str] = []
+    if not only_modbus:
+        runner = Runner(procs, tmp, timing=timing, paced_timing=paced_timing, say=_say)
+        meta["paths"] = runner.paths
+        all_rounds = [runner.round(n) for n in range(rounds)]
+        paced = runner.paced(args.baud, rounds) if args.baud else None
+        idle = runner.idle(idle_seconds)
+        errors += runner.errors
+        warnings += runner.warnings
+        summary = report.summarise(all_rounds, paced, idle, runner.paths)
+        result.update(summary=summary, rounds=all_rounds, paced=paced, idle=idle)
+    if with_modbus:
+        result["modbus"] = _modbus(args, procs, tmp, rounds, timing, errors, warnings)
     meta["loadavg_end"] = _loadavg()
-    summary = report.summarise(all_rounds, paced, idle, runner.paths)
-    result: dict[str, Any] = {
-        "meta": meta,
-        "ok": not runner.errors,
-        "errors": runner.errors,
-        "warnings": runner.warnings,
-        "summary": summary,
-        "rounds": all_rounds,
-        "paced": paced,
-        "idle": idle,
-    }
-    print()
-    print(report.table(summary, runner.paths, args.baud))
+    result = {
+        "meta": meta, "ok": not errors, "errors": errors, "warnings": warnings,
+        **{k: v for k, v in result.items() if k != "meta"},
+    }  # fmt: skip
+    _print_tables(result)
     _write_outputs(result, json_path, plot_path, md_path)
-    for warning in runner.warnings:
+    for warning in warnings:
         print(f"bench: warning: {warning}", file=sys.stderr)
-    for error in runner.errors:
+    for error in errors:
         print(f"bench: ERROR: {error}", file=sys.stderr)
-    return 0 if not runner.errors else 1
+    return 0 if not errors else 1
+
+
+def _modbus(
+    args: argparse.Namespace,
+    procs: Procs,
+    tmp: Path,
+    rounds: int,
+    timing: Timing,
+    errors: list[str],
+    warnings: list[str],
+) -> dict[str, Any]:
+    """The Modbus rounds (benchlib.modbus): mbusd built or not, then every round."""
+    try:
+        import pymodbus
+    except ImportError:
+        raise BenchError(
+            "the Modbus rounds need pymodbus (pip install 'pymodbus>=3.11,<4'; it is in the "
+            "test extra), or leave them out with --no-modbus"
+        ) from None
+    if args.no_mbusd:
+        mbusd = MbusdBuild(None, "", "left out (--no-mbusd)")
+    elif args.mbusd:
+        mbusd = prebuilt_mbusd(args.mbusd, f"the binary {args.mbusd}")
+    else:
+        _say(f"bench: building mbusd from {args.mbusd_src} into {args.mbusd_build}")
+        mbusd = build_mbusd(args.mbusd_src, args.mbusd_build, tmp / "mbusd-build.log")
+    if mbusd.binary is None:
+        _say(f"bench: NO mbusd: {mbusd.note}; the Modbus rounds run without the mbusd column")
+    else:
+        _say(f"bench: mbusd {mbusd.version}: {mbusd.note}")
+    mb_timing = ModbusTiming(
+        lock=timing,
+        paced=Timing(max(timing.warmup, 0.3), timing.duration * 1.5),
+        offline=Timing(max(timing.warmup, 2.5), timing.duration * 3),
+    )
+    baud = args.modbus_baud
+    runner = ModbusRunner(
+        procs, tmp, timing=mb_timing, baud=baud, mbusd=mbusd, say=_say,
+        registers=args.modbus_registers,
+    )  # fmt: skip
+    mb_rounds: list[dict[str, Any]] = []
+    try:
+        for n in range(rounds):
+            mb_rounds.append(runner.round(n))
+    finally:
+        errors += runner.errors
+        warnings += runner.warnings
+    return {
+        "paths": runner.paths,
+        "baud": baud,
+        "registers": runner.registers,
+        "wire_bytes_per_call": runner.wire_bytes,
+        "pymodbus": pymodbus.__version__,
+        "mbusd": {"binary": mbusd.binary, "version": mbusd.version, "note": mbusd.note},
+        "timing": {k: vars(v) for k, v in vars(mb_timing).items()},
+        "rounds_n": rounds,
+        "summary": mbreport.summarise(mb_rounds, runner.paths),
+        "rounds": mb_rounds,
+    }
+
+
+def _print_tables(result: dict[str, Any]) -> None:
+    if "summary" in result:
+        print()
+        print(report.table(result["summary"], result["meta"]["paths"], result["meta"].get("baud")))
+    if "modbus" in result:
+        print()
+        print(mbreport.table(result["modbus"]))
 
 
 def _rerender(args: argparse.Namespace) -> int:
     """Tables, plot and markdown from a saved run (to change how it is shown, not measured)."""
     result = json.loads(Path(args.from_json).read_text())
-    paths = result["meta"]["paths"]
-    summary = report.summarise(result["rounds"], result["paced"], result["idle"], paths)
-    result["summary"] = summary
-    print(report.table(summary, paths, result["meta"].get("baud")))
+    if "rounds" in result:
+        paths = result["meta"]["paths"]
+        result["summary"] = report.summarise(
+            result["rounds"], result["paced"], result["idle"], paths
+        )
+    if "modbus" in result:
+        mb = result["modbus"]
+        mb["summary"] = mbreport.summarise(mb["rounds"], mb["paths"])
+    _print_tables(result)
     _write_outputs(result, args.json, args.plot, args.markdown)
     return 0 if result["ok"] else 1
 
@@ -174,10 +299,14 @@ def _write_outputs(
         Path(json_path).write_text(json.dumps(result, indent=1) + "\n")
         _say(f"bench: results in {json_path}")
     if md_path:
-        section = report.markdown(result["summary"], result["meta"]["paths"], result["meta"])
-        _refresh_markdown(Path(md_path), section)
+        if "summary" in result:
+            section = report.markdown(result["summary"], result["meta"]["paths"], result["meta"])
+            _refresh_markdown(Path(md_path), section)
+        if "modbus" in result:
+            section = mbreport.markdown(result["modbus"], result["meta"])
+            _refresh_markdown(Path(md_path), section, MODBUS_BEGIN, MODBUS_END)
         _say(f"bench: figures refreshed in {md_path}")
-    if plot_path:
+    if plot_path and "rounds" in result:
         from benchlib.plot import plot
 
         try:
@@ -187,13 +316,13 @@ def _write_outputs(
         _say(f"bench: {skipped}" if skipped else f"bench: plot in {plot_path}")
 
 
-def _refresh_markdown(path: Path, section: str) -> None:
-    """Replace what lies between the bench markers (append them if missing)."""
+def _refresh_markdown(path: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace what lies between the markers `begin` and `end` (append them if missing)."""
     text = path.read_text() if path.exists() else "# verld benchmarks\n"
-    block = f"{BEGIN}\n{section}\n{END}"
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
+    block = f"{begin}\n{section}\n{end}"
+    if begin in text and end in text:
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
         text = head + block + tail
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"

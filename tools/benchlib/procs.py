@@ -49,13 +49,14 @@ class Procs:
         self,
         args: Sequence[str],
         *,
+        stdin: int | IO[bytes] | None = subprocess.DEVNULL,
         stdout: int | IO[bytes] | None = subprocess.DEVNULL,
         stderr: int | IO[bytes] | None = subprocess.DEVNULL,
         env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             list(args),
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             stdout=stdout,
             stderr=stderr,
             env=dict(env) if env is not None else None,
@@ -76,9 +77,10 @@ class Procs:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 proc.wait()
-        for stream in (proc.stdout, proc.stderr):
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
-                stream.close()
+                with contextlib.suppress(OSError):  # stdin: a pipe the child left
+                    stream.close()
         if proc in self._live:
             self._live.remove(proc)
         return proc.returncode
@@ -191,12 +193,31 @@ class CpuUse:
 
 
 class Sim:
-    """verld-sim on a pty: the one device every path of the run talks to."""
+    """verld-sim on a pty: the one device every path of the run talks to.
 
-    def __init__(self, procs: Procs, tmp: Path, max_payload: int) -> None:
-        self.link = str(tmp / "dev.tty")
-        self.control_path = str(tmp / "sim.ctl")
-        args = sim_command(link=self.link, control=self.control_path, max_payload=max_payload)
+    `codec` and `extra_args` (e.g. `--units 1,2`) for a sim of another kind (the Modbus
+    rounds' slave); `name` keeps its link and control socket apart from another sim's.
+    """
+
+    def __init__(
+        self,
+        procs: Procs,
+        tmp: Path,
+        max_payload: int | None,
+        *,
+        codec: str | None = None,
+        extra_args: Sequence[str] = (),
+        name: str = "dev",
+    ) -> None:
+        self.link = str(tmp / f"{name}.tty")
+        self.control_path = str(tmp / ("sim.ctl" if name == "dev" else f"{name}.ctl"))
+        args = sim_command(
+            link=self.link,
+            control=self.control_path,
+            codec=codec,
+            max_payload=max_payload,
+            extra_args=extra_args,
+        )
         self.proc = procs.spawn(args, stdout=subprocess.PIPE)
         try:
             wait_ready(self.proc, 20)
@@ -264,7 +285,8 @@ class Verld:
     """verld on the sim's pty; `ready_s` is process start → READY=1 on $NOTIFY_SOCKET.
 
     `checkout`: run the verld package of another checkout (tools/bench-ab) instead of
-    the one `python -m verld` finds first.
+    the one `python -m verld` finds first. `config`: the whole config to run with
+    (`socket` is filled in as `api.socket`) instead of the bench's verl one.
     """
 
     def __init__(
@@ -275,12 +297,17 @@ class Verld:
         window: int,
         serial: int,
         checkout: Path | None = None,
+        *,
+        config: dict[str, Any] | None = None,
     ) -> None:
         self.procs = procs
         self.socket = str(tmp / "verld.sock")
         self.log_path = tmp / f"verld-{serial}.log"
-        config = tmp / f"verld-{serial}.yaml"
-        config.write_text(yaml.safe_dump(_verld_config(link, self.socket, window)))
+        settings = _verld_config(link, self.socket, window)
+        if config is not None:
+            settings = {**config, "api": {**config.get("api", {}), "socket": self.socket}}
+        config_path = tmp / f"verld-{serial}.yaml"
+        config_path.write_text(yaml.safe_dump(settings))
         notify_path = str(tmp / f"notify-{serial}.sock")
         with (
             socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify,
@@ -290,7 +317,7 @@ class Verld:
             env = {**os.environ, "NOTIFY_SOCKET": notify_path}
             started = time.perf_counter()
             self.proc = procs.spawn(
-                [*_verld_command(checkout), "--config", str(config)],
+                [*_verld_command(checkout), "--config", str(config_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -223,7 +223,10 @@ class ModbusServer:
         self.cfg = cfg
         mb = cfg.modbus
         self.read_only = mb.read_only
-        self.idle_timeout = mb.idle_timeout
+        was, self.idle_timeout = getattr(self, "idle_timeout", 0.0), mb.idle_timeout
+        if was <= 0 < self.idle_timeout:  # turned on by a reload: the clock starts now
+            for conn in getattr(self, "conns", ()):
+                conn._touch()
         self.max_connections = mb.max_connections
         self.rtu = cfg.device.codec == "modbus-rtu"
 
