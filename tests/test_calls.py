@@ -171,6 +171,16 @@ class TestLanes:
         q.push(retry, front=True)
         assert [c.payload.decode() for c in q.take(2)] == ["b0", "retry"]
 
+    def test_a_cut_turn_ends_a_lanes_turn_at_once(self) -> None:
+        """Unit 9's turn (two owners) is cut after one try timed out: unit 1 goes next."""
+        q = LaneQueue(100, 100)
+        for owner in "de":
+            admit_push(q, unit_call(owner, 9, owner))
+        admit_push(q, unit_call("a", 1, "a0"))
+        assert [c.payload.decode() for c in q.take(1)] == ["d"]
+        q.cut_turn(9)
+        assert [c.payload.decode() for c in q.take(2)] == ["a0", "e"]
+
     def test_a_lease_takes_only_the_holders_calls_across_units(self) -> None:
         """While leased, only the holder's calls come out, whatever their unit."""
         q = LaneQueue(100, 100)

@@ -506,3 +506,16 @@ class TestFigures:
         s = Session(cfg, make_codec(cfg), "/dev/fake", clock=ManualClock(),
                     on_event=lambda *_: None, on_link=lambda _: None)  # fmt: skip
         assert "units" not in session_status(s) and s.bus is None
+
+
+def test_a_waiting_call_to_an_offline_unit_waits_for_the_reopen() -> None:
+    """The link is down: a `wait` call to an offline unit waits (the reopen may bring
+    the unit back) instead of failing at once."""
+    rig = up()
+    for _ in range(3):
+        rig.call(bytes.fromhex("090300000001"))
+        rig.clock.advance(2.0)
+    s = rig.session
+    s.lose("test: port gone")
+    results = rig.call(bytes.fromhex("090300000001"), wait=True, timeout=5.0)
+    assert results == [] and len(s.queue) == 1

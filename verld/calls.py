@@ -232,6 +232,10 @@ class FairQueue:
         """A call went out without queueing (`LaneQueue` takes note; no-op here)."""
         return
 
+    def cut_turn(self, key: int) -> None:
+        """Lane `key` turned out slow (`LaneQueue` ends its turn; no-op here)."""
+        return
+
     def _gone(self, calls: list[Call]) -> None:
         self.waiting -= len(calls)
         for call in calls:
@@ -327,6 +331,13 @@ class LaneQueue(FairQueue):
                 self._end_turn()
         self.waiting -= len(out)
         return out
+
+    def cut_turn(self, key: int) -> None:
+        """A try of lane `key` timed out: what is left of its turn is given up (it is
+        heavy now: one call a turn), so a silent unit found out in mid-turn does not
+        make the others wait a second try."""
+        if self._turn_left and self._order[self._pos] == key:
+            self._end_turn()
 
     def _end_turn(self) -> None:
         self._last = self._order[self._pos]

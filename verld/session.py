@@ -221,7 +221,7 @@ class Session:
         excl = self.queue.exclusive
         if excl is not None and call.owner is not excl and not call.wait:
             return ErrorCode.BUSY, "the device is leased to another client"
-        if bus is not None:
+        if bus is not None and link.state is _UP:  # (a reopen may bring the unit back)
             offline = bus.offline(call, self.clock.time())
             if offline is not None:
                 return ErrorCode.TIMEOUT, offline

@@ -85,6 +85,7 @@ class Timekeeper:
         s.counters.timeouts += 1
         if bus is not None and not call.is_ping:
             bus.try_timed_out(call)
+            s.queue.cut_turn(call.unit)
         # Modbus: a call's timeout is its unit's silence, not the port's: only pings
         # count toward `heartbeat.misses`, and a tcp link is never dropped for one.
         after = s.link.timed_out(self.clock.time(), seqs=s.codec.pipelined,
