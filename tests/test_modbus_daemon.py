@@ -131,3 +131,20 @@ def test_reload_applies_the_modbus_settings_live(rtu: DaemonProc) -> None:
         assert info.value.message == "no answer within 0.3 s"
     units = {u["unit"]: u for u in rtu.status()["units"]}
     assert units[9]["offline"] is False and rtu.status()["link"]["generation"] == 1
+
+
+def test_reload_to_another_codec_restarts_the_built_in_sim(tmp_path: Path) -> None:
+    """`port: sim`, modbus-rtu → modbus-tcp by reload: a new sim speaks the new codec,
+    the link comes up on it (generation 2) and reads work."""
+    config = write_config(tmp_path, "sim", MODBUS)
+    daemon = DaemonProc(config)
+    try:
+        client = daemon.client()
+        assert Modbus(client).read_holding_registers(1, 3, 1) == [3]
+        config.write_text(config.read_text().replace("modbus-rtu", "modbus-tcp"))
+        assert "device.codec" in client.request("reload")["changed"]
+        daemon.wait_state("up", min_generation=2)
+        assert Modbus(client).read_holding_registers(1, 4, 1) == [4]
+        assert daemon.status()["link"]["codec"] == "modbus-tcp"
+    finally:
+        daemon.stop()

@@ -240,4 +240,5 @@ def test_verlctl_call_exits_1_on_an_exception(bench: Bench) -> None:
         capture_output=True, text=True, timeout=20, check=False,
     )  # fmt: skip
     assert out.returncode == 1
-    assert "0x02" in out.stdout + out.stderr
+    assert "status 0x02" in out.stdout
+    assert "device_error: modbus exception 0x02 (illegal data address)" in out.stdout

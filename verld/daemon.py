@@ -63,6 +63,7 @@ class Daemon:
     modbus: ModbusServer | None = None
     _modbus_activated: bool = False
     _rebinding: asyncio.Task[None] | None = None
+    _restarting: asyncio.Task[None] | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     def port(self) -> str:
@@ -115,8 +116,29 @@ class Daemon:
             sim = self.sim = await SimChild.start(dev.codec, dev.max_payload)
         except (SimError, OSError) as exc:
             raise _Failed("sim_failed", str(exc)) from None
-        stack.push_async_callback(sim.stop)
+        stack.push_async_callback(self._stop_sim)  # (whichever sim runs by then)
         log.info("sim_started", link=sim.link, pid=sim.proc.pid)
+
+    async def _stop_sim(self) -> None:
+        if self.sim is not None:
+            await self.sim.stop()
+
+    async def _restart_sim(self, new: Config) -> None:
+        """A reload changed the built-in sim's codec: a new sim speaks it; the link
+        moves to its pty, the old sim goes."""
+        assert self.session is not None and self.supervisor is not None
+        old = self.sim
+        try:
+            sim = await SimChild.start(new.device.codec, new.device.max_payload)
+        except (SimError, OSError) as exc:
+            log.error("sim_restart_failed", error=str(exc), kept="the running sim")
+            return
+        self.sim = sim
+        log.info("sim_started", link=sim.link, pid=sim.proc.pid, codec=new.device.codec)
+        self.session.replace_device(make_codec(new), sim.link)
+        self.supervisor.request_reconnect("the simulated device restarted for the new codec")
+        if old is not None:
+            await old.stop()
 
     def _wire_core(self, loop: asyncio.AbstractEventLoop) -> Core:
         cfg = self.cfg
@@ -218,7 +240,10 @@ class Daemon:
         self.core.cfg = self.server.cfg = new
         self.server.debug = logs.level_enabled(new.log.level)
         self.server.reevaluate_roles()
-        if any(k.startswith(_DEVICE_KEYS) for k in changed):
+        sim_codec = ("device.codec" in changed or "device.max_payload" in changed) and self.sim
+        if sim_codec:  # the built-in sim must speak the new codec: a new one
+            self._restarting = asyncio.get_running_loop().create_task(self._restart_sim(new))
+        elif any(k.startswith(_DEVICE_KEYS) for k in changed):
             new_port = new.device.port if new.device.port != old.device.port else None
             self.session.replace_device(make_codec(new), None if self.sim else new_port)
             self.supervisor.request_reconnect("device settings changed by reload")

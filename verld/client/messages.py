@@ -52,6 +52,10 @@ class Reply:
     ms: float
     generation: int
     text: str | None = None
+    #: a non-zero status's error code (`device_error`, `remote_failure`) and message
+    #: (e.g. "modbus exception 0x02 (illegal data address)"); None on success
+    error: str | None = None
+    message: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -120,12 +124,18 @@ def reply_from(msg: Mapping[str, Any]) -> Reply:
     status = msg.get("status")
     if status is None:
         raise error_from(msg)
+    error = msg.get("error")
+    code, message = (
+        (error.get("code"), error.get("message")) if isinstance(error, dict) else (None, None)
+    )
     return Reply(
         status=int(status),
         data=base64.b64decode(msg.get("data") or ""),
         ms=float(msg.get("ms", 0.0)),
         generation=int(msg.get("generation", 0)),
         text=msg.get("text"),
+        error=code if isinstance(code, str) else None,
+        message=message if isinstance(message, str) else None,
     )
 
 

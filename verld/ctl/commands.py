@@ -46,6 +46,8 @@ def cmd_status(c: Client, args: argparse.Namespace) -> int:
 def cmd_call(c: Client, args: argparse.Namespace) -> int:
     r = c.call(_request_data(args), timeout=args.timeout, retry=args.retry, wait=args.wait)
     head = f"status 0x{r.status:02x}  {len(r.data)} bytes  {r.ms:.3f} ms  generation {r.generation}"
+    if r.error is not None:  # the device answered with an error status: say which
+        head += f"  {safe(r.error)}: {safe(r.message or '')}".rstrip()
     if r.text is not None:
         body = "\n".join(safe(line) for line in r.text.split("\n"))
     else:

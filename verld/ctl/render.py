@@ -69,6 +69,8 @@ def reply_obj(r: Reply) -> dict[str, Any]:
     }
     if r.text is not None:
         obj["text"] = r.text
+    if r.error is not None:
+        obj["error"] = {"code": r.error, "message": r.message}
     return obj
 
 
