@@ -548,7 +548,7 @@ def test_status_shows_the_modbus_front_when_it_is_on() -> None:
     }  # fmt: skip
     assert "modbus " not in render_status({**base, "modbus": None})
     front = {"listen": "127.0.0.1:1502", "connections": 2, "calls": 9,
-             "exceptions": {"0x0b": 3}, "closed_malformed": 1}  # fmt: skip
+             "exceptions": {"11": 3}, "closed_malformed": 1}  # fmt: skip
     row = next(
         r for r in render_status({**base, "modbus": front}).splitlines() if r.startswith("modbus")
     )

@@ -161,12 +161,18 @@ def render_status(st: dict[str, Any]) -> str:
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
 
 
+def _code(code: object) -> str:
+    """An exception code as `status.modbus.exceptions` keys it ("11"), shown 0x0b."""
+    text = str(code)
+    return f"0x{int(text):02x}" if text.isdigit() else safe(text)
+
+
 def _modbus_rows(front: Any) -> Rows:
     """The Modbus TCP front's row, when it is on."""
     if not isinstance(front, dict):
         return []
     exceptions = front.get("exceptions") or {}
-    shown = ", ".join(f"{safe(code)} x{n}" for code, n in exceptions.items()) or "none"
+    shown = ", ".join(f"{_code(code)} x{n}" for code, n in exceptions.items()) or "none"
     return [(
         "modbus",
         f"{safe(front.get('listen'))}  {front.get('connections')} connections  "

@@ -293,6 +293,8 @@ class ModbusServer:
             "listen": self.address,
             "connections": len(self.conns),
             "calls": self.stats.calls,
-            "exceptions": {f"0x{c:02x}": n for c, n in sorted(self.stats.exceptions.items())},
+            # JSON keys are strings: the code in decimal, as any JSON encoder writes an
+            # integer key ("11" for 0x0B)
+            "exceptions": {str(c): n for c, n in sorted(self.stats.exceptions.items())},
             "closed_malformed": self.stats.closed_malformed,
         }
