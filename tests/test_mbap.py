@@ -61,7 +61,7 @@ class TestMapping:
     def test_failures_become_gateway_exceptions_by_cause(
         self, error: str, inhibited: bool, code: int
     ) -> None:
-        """DESIGN.md's mapping: timeout 0x0B; path unavailable 0x0A; other busy 0x06."""
+        """docs/modbus-gateway.md's mapping: timeout 0x0B, path unavailable 0x0A, busy 0x06."""
         assert exception_for(result(error, None), inhibited=inhibited) == code
         frame = answer(9, READ, result(error, None), inhibited=inhibited)
         assert frame == mbap_frame(9, bytes((1, 0x83, code)))

@@ -2,9 +2,9 @@
 
 What the session writes is split into RTU (or MBAP) requests, answered by verld-sim's
 sans-I/O `ModbusSlave` when the test says so; time moves only by `clock.advance`.
-The behaviours are DESIGN.md's: `bad_request` for what is not Modbus, exceptions as
-`device_error`, broadcast, the 3.5-character gap, call timeouts that do not count
-toward the heartbeat, offline units and round-robin by unit.
+The behaviours are docs/protocol.md's (section 3.5): `bad_request` for what is not
+Modbus, exceptions as `device_error`, broadcast, the 3.5-character gap, call timeouts
+that do not count toward the heartbeat, offline units and round-robin by unit.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Modbus TCP server front (DESIGN.md, "Modbus TCP server"): Modbus masters in."""
+"""The Modbus TCP server front (docs/modbus-gateway.md): Modbus masters in."""
 
 from verld.fronts.modbus.server import ModbusServer
 

@@ -6,7 +6,7 @@ TCP request (protocol id not 0, length outside 2..254) makes the stream unusable
 `feed` raises `Malformed` and the connection is closed (its peer is not speaking
 Modbus TCP, or is out of step; nothing after it can be trusted). `answer` turns how
 a call ended into the response frame, mapping verld's errors to the gateway
-exceptions of the Modbus spec by cause (DESIGN.md, "Modbus TCP server").
+exceptions of the Modbus spec by cause (docs/modbus-gateway.md, section 3).
 """
 
 from __future__ import annotations
