@@ -87,12 +87,12 @@ class ModbusConn(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
         self.front.attach(self)
         if not self.closed:
-            self._touch()
+            self.touch()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self._touch()
+        self.touch()
         try:
             requests = self.decoder.feed(data)
         except Malformed as exc:
@@ -179,7 +179,7 @@ class ModbusConn(asyncio.Protocol):
             self.transport.resume_reading()
 
     # --- idleness -----------------------------------------------------------------------
-    def _touch(self) -> None:
+    def touch(self) -> None:
         loop = asyncio.get_running_loop()
         self._quiet_since = loop.time()
         if self._idle is None and self.front.idle_timeout > 0:  # (0: never closed)
@@ -213,6 +213,7 @@ class ModbusServer:
         self.counts = core.front("modbus")
         self.stats = ModbusStats()
         self.conns: set[ModbusConn] = set()
+        self.idle_timeout = 0.0  #: (set by `configure`)
         self._server: asyncio.AbstractServer | None = None
         self._serial = 0
         self.address = ""  #: where it listens, "HOST:PORT"
@@ -223,10 +224,10 @@ class ModbusServer:
         self.cfg = cfg
         mb = cfg.modbus
         self.read_only = mb.read_only
-        was, self.idle_timeout = getattr(self, "idle_timeout", 0.0), mb.idle_timeout
+        was, self.idle_timeout = self.idle_timeout, mb.idle_timeout
         if was <= 0 < self.idle_timeout:  # turned on by a reload: the clock starts now
-            for conn in getattr(self, "conns", ()):
-                conn._touch()
+            for conn in self.conns:
+                conn.touch()
         self.max_connections = mb.max_connections
         self.rtu = cfg.device.codec == "modbus-rtu"
 
