@@ -28,6 +28,8 @@ from verld.errors import ConfigError, ServeError
 from verld.fronts.api import ApiServer
 from verld.fronts.base import Core
 from verld.fronts.modbus import ModbusServer
+from verld.fronts.ports.front import PortsFront
+from verld.fronts.ports.pty import PortSetupError
 from verld.link import Transition
 from verld.session import Session
 from verld.sim.launch import SimChild, SimError
@@ -61,6 +63,7 @@ class Daemon:
     server: ApiServer | None = None
     core: Core | None = None
     modbus: ModbusServer | None = None
+    ports: PortsFront | None = None
     _modbus_activated: bool = False
     _rebinding: asyncio.Task[None] | None = None
     _restarting: asyncio.Task[None] | None = None
@@ -90,6 +93,7 @@ class Daemon:
             await self._start_sim(stack)
         loop = asyncio.get_running_loop()
         core = self._wire_core(loop)
+        self._start_ports(stack, core)
         server = self.server = ApiServer(cfg, core, on_reload=self.reload)
         server.debug = logs.level_enabled(cfg.log.level)
         server.on_clients_changed = self.status_line
@@ -98,6 +102,7 @@ class Daemon:
         except OSError as exc:  # SocketInUse included
             raise _Failed("cannot_serve", str(exc), socket=cfg.api.socket) from None
         stack.push_async_callback(server.close)
+        server.extra_status["ports"] = self._ports_status
         if cfg.modbus.listen or modbus_sock is not None:
             await self._start_modbus(stack, modbus_sock)
         if cfg.metrics.listen:
@@ -147,6 +152,19 @@ class Daemon:
         core.session.set_debug(logs.level_enabled(cfg.log.level))
         core.listeners.append(self)
         return core
+
+    def _start_ports(self, stack: contextlib.AsyncExitStack, core: Core) -> None:
+        """The virtual serial ports (exit 1 when one cannot be created)."""
+        front = self.ports = PortsFront(self.cfg, core)
+        stack.callback(front.close)
+        try:
+            front.start()
+        except PortSetupError as exc:
+            raise _Failed("cannot_create_port", str(exc)) from None
+        core.listeners.append(front)
+
+    def _ports_status(self) -> list[dict[str, object]]:
+        return [] if self.ports is None else self.ports.status()
 
     async def _start_modbus(
         self, stack: contextlib.AsyncExitStack, sock: socket.socket | None
@@ -248,6 +266,8 @@ class Daemon:
             self.session.replace_device(make_codec(new), None if self.sim else new_port)
             self.supervisor.request_reconnect("device settings changed by reload")
         self._reload_modbus(new, "modbus.listen" in changed)
+        if self.ports is not None:
+            self.ports.configure(new)
         log.info("reloaded", changed=",".join(changed) or "nothing")
         return changed
 

@@ -260,6 +260,20 @@ def socket_path(item: Item) -> str:
     return path
 
 
+def link_path(item: Item) -> str:
+    """An absolute path for a virtual port's symlink (its directory is checked at start)."""
+    path = _nonempty(item, "an absolute path such as /run/verld/ttyV0")
+    if "\0" in path:
+        raise BadValue("a path cannot contain a NUL byte")
+    if not path.startswith("/"):
+        raise BadValue(f"expected an absolute path such as /run/verld/ttyV0, got {path!r} "
+                       "(programs open it from anywhere)")  # fmt: skip
+    if path.endswith("/"):
+        raise BadValue(f"{path!r} names a directory; give the link's own name, "
+                       "e.g. /run/verld/ttyV0")  # fmt: skip
+    return os.path.normpath(path)
+
+
 def ids(kind: str) -> Check:
     """A list of numeric uids or gids (`kind`); names are refused, not looked up."""
 

@@ -109,6 +109,17 @@ class ModbusConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PortConfig:
+    """One virtual serial port: a pty whose device end is reachable at `link`."""
+
+    link: str = ""  #: the symlink programs open (required; its directory must exist)
+    mode: int = 0o660  #: the pty node's permission bits
+    group: str | int | None = None  #: the pty node's group (None: verld's own)
+    write: bool = True  #: False: read-only, the program gets events only
+    events: bool = True  #: device events are written to this port
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     level: str = "INFO"
     format: str = "auto"
@@ -121,6 +132,7 @@ class Config:
     reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    ports: tuple[PortConfig, ...] = ()
     modbus: ModbusConfig = field(default_factory=ModbusConfig)
     log: LogConfig = field(default_factory=LogConfig)
     source: str | None = None  #: the file this config was read from

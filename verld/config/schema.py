@@ -122,8 +122,13 @@ def _sectioned(item: Item, flat: list[str], sections: list[str]) -> Config:
         section = CONFIG.keys.get(key) if isinstance(key, str) else None
         if key in flat:
             item.ctx.error(child, _mixed(key, sections))
-        elif not isinstance(section, Section):
+        elif section is None:
             item.ctx.error(child, unknown_section(key, SECTION_KEYS))
+        elif not isinstance(section, Section):  # a list (ports): its own checker
+            try:
+                kwargs[key] = section(child)
+            except BadValue as exc:
+                item.ctx.error(child, str(exc))
         else:
             try:
                 kwargs[key] = build(child, section)

@@ -28,11 +28,12 @@ from verld.config.model import (
     LogConfig,
     MetricsConfig,
     ModbusConfig,
+    PortConfig,
     ReconnectConfig,
     RoleList,
     RolesConfig,
 )
-from verld.config.validate import Section
+from verld.config.validate import BadValue, Check, Item, Section, build
 
 _POSITIVE = leaves.integer(1)
 _LINE = Section(
@@ -106,23 +107,71 @@ _MODBUS = Section(
         "offline_backoff": leaves.seconds(zero_ok=True),
     },
 )
+_PORT = Section(
+    PortConfig,
+    {
+        "link": leaves.link_path,
+        "mode": leaves.mode,
+        "group": leaves.group,
+        "write": leaves.boolean,
+        "events": leaves.boolean,
+    },
+)
+
+
+def _ports(item: Item) -> tuple[PortConfig, ...]:
+    """The `ports` list: each entry a `_PORT` mapping with a `link`, no link twice."""
+    if isinstance(item.value, dict):
+        raise BadValue("expected a list of ports (- link: /run/verld/ttyV0), got a mapping; "
+                       "put a '- ' before the entry")  # fmt: skip
+    ports: list[PortConfig] = []
+    first: dict[str, int] = {}
+    for child in item.items():
+        if isinstance(child.value, str):
+            item.ctx.error(child, f"expected a port entry, got {child.value!r}; write "
+                           f"- link: {child.value}")  # fmt: skip
+            continue
+        try:
+            port = build(child, _PORT)
+        except BadValue as exc:
+            item.ctx.error(child, str(exc))
+            continue
+        if not port.link:
+            if f"{child.path}.link" not in item.ctx.bad:
+                item.ctx.error(child, "a port needs a link: the path programs open, "
+                               "e.g. link: /run/verld/ttyV0")  # fmt: skip
+            continue
+        if port.link in first:
+            item.ctx.error(child, f"link {port.link} is already the link of the port on "
+                           f"line {first[port.link]}")  # fmt: skip
+            continue
+        first[port.link] = child.line
+        ports.append(port)
+    return tuple(ports)
+
+
 _LOG = Section(
     LogConfig,
     {"level": leaves.choice(LOG_LEVELS, str.upper), "format": leaves.choice(LOG_FORMATS)},
 )
-_SECTIONS = {
+def _entry_keys(section: Section | Check) -> Collection[str]:
+    return section.keys if isinstance(section, Section) else _PORT.keys
+
+
+_SECTIONS: dict[str, Section | Check] = {
     "device": _DEVICE,
     "heartbeat": _HEARTBEAT,
     "reconnect": _RECONNECT,
     "api": _API,
     "metrics": Section(MetricsConfig, {"listen": leaves.optional(leaves.listen)}),
+    "ports": _ports,
     "modbus": _MODBUS,
     "log": _LOG,
 }
 
-#: the whole sectioned file: section name → section
+#: the whole sectioned file: section name → section (or, for a list, its checker)
 CONFIG = Section(Config, _SECTIONS)
-#: section name → the keys valid inside it
+#: section name → the keys valid inside it (a list's: those of its entries)
 SECTION_KEYS: Mapping[str, Collection[str]] = MappingProxyType(
-    {name: section.keys for name, section in _SECTIONS.items()}
+    {name: _entry_keys(section) for name, section in _SECTIONS.items()}
 )

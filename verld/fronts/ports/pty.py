@@ -118,6 +118,18 @@ class PtyPort:
         self._attached = False
         self._termios_reported = False
 
+    def set_access(self, mode: int, group: str | int | None) -> None:
+        """New `mode` and `group` for the node (at once when open); `PortSetupError`
+        (the old ones stay) when they cannot be set."""
+        if self._master >= 0:
+            gid = _resolve_gid(group)
+            try:
+                os.chown(self._slave_path, -1, gid)
+                os.chmod(self._slave_path, mode)
+            except OSError as exc:
+                raise PortSetupError(f"port {self.link}: {exc.strerror or exc}") from None
+        self.mode, self.group = mode, group
+
     def close(self) -> None:
         """Remove the link (if it is still ours) and close the pty; idempotent."""
         if self._master < 0:
