@@ -36,6 +36,12 @@ clean:
 # exists. DESTDIR stages the whole tree for a package. See docs/deploy.md.
 # The Modbus TCP sockets (verld-modbus.socket, verld-modbus@.socket) are installed with
 # the units; nothing is enabled.
+# systemd/verld.service.d/ports.conf (what virtual serial ports need: chown back in the
+# system-call filter, /run/verld/ports) is NOT installed as a drop-in: one under
+# $(PREFIX)/lib/systemd/system/verld.service.d/ would apply to every installation,
+# ports or not. It goes to $(PREFIX)/share/doc/verld/verld.service.d/ports.conf as an
+# example; an admin who configures `ports:` copies it to
+# /etc/systemd/system/verld.service.d/ (docs/deploy.md, "Virtual serial ports under systemd").
 # pip runs with --ignore-installed: it never touches $(PYTHON)'s own environment
 # (a checkout's editable install stays) and puts missing dependencies under PREFIX
 # too; PIPFLAGS=--no-deps leaves them to the distribution.
@@ -50,7 +56,7 @@ install:
 		--root '$(DESTDIR)/' --prefix '$(PREFIX)' .
 	install -d $(SYSTEMD_LIB)/systemd/system $(SYSTEMD_LIB)/udev/rules.d \
 		$(SYSTEMD_LIB)/sysusers.d $(SYSTEMD_LIB)/tmpfiles.d \
-		$(DESTDIR)$(PREFIX)/share/doc/verld $(DESTDIR)/etc/verld
+		$(DESTDIR)$(PREFIX)/share/doc/verld/verld.service.d $(DESTDIR)/etc/verld
 	for unit in verld.service verld.socket verld@.service \
 			verld-modbus.socket verld-modbus@.socket; do \
 		sed 's|/usr/bin/verld|$(PREFIX)/bin/verld|' systemd/$$unit \
@@ -61,6 +67,8 @@ install:
 	install -m 0644 systemd/verld.sysusers $(SYSTEMD_LIB)/sysusers.d/verld.conf
 	install -m 0644 systemd/verld.tmpfiles $(SYSTEMD_LIB)/tmpfiles.d/verld.conf
 	install -m 0644 README.md docs/deploy.md configs/verld.yaml $(DESTDIR)$(PREFIX)/share/doc/verld/
+	install -m 0644 systemd/verld.service.d/ports.conf \
+		$(DESTDIR)$(PREFIX)/share/doc/verld/verld.service.d/ports.conf
 	test -e $(DESTDIR)/etc/verld/verld.yaml || \
 		install -m 0644 configs/verld.yaml $(DESTDIR)/etc/verld/verld.yaml
 	@test -n '$(DESTDIR)' || echo 'verld installed; now: systemd-sysusers; systemd-tmpfiles --create;' \

@@ -6,6 +6,8 @@ systemd-journald in a private mount namespace (docs/deploy.md, §7), read back
 with journalctl. Reload and drain: signals to a real verld on verld-sim. The Modbus
 TCP sockets (systemd/verld-modbus*.socket): systemd-analyze offline, then a real
 pymodbus master through a socket systemd-socket-activate passes as fd `modbus`.
+Virtual serial ports' drop-in (systemd/verld.service.d/ports.conf): its exposure
+against its header and the unit's, systemd-analyze verify, and `make install`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import pytest
 import yaml
 from pymodbus.client import ModbusTcpClient
 from support import DaemonProc, SimProc, wait_for, write_config
-from test_units import TARGETS, offline, parse_unit
+from test_units import TARGETS, make_install, offline, parse_unit
 
 from verld import journal
 from verld.client import Client, ClientError
@@ -549,6 +551,146 @@ class TestModbusActivation:
         assert "cannot_serve_modbus" in log
         assert "needs codec modbus-rtu or modbus-tcp, not verl" in log
         assert "Traceback" not in log
+
+
+# --- virtual serial ports (systemd/verld.service.d/ports.conf) --------------------------
+PORTS_DROPIN = UNITS / "verld.service.d" / "ports.conf"
+#: the `→ 0.6` of "Measured: `systemd-analyze security ...` → 0.6" in a unit's header
+_MEASURED = re.compile(r"→ (\d+\.\d+)")
+
+
+def _require(found: bool, why: str) -> None:
+    """Skip when a program is missing, except under CI=true (.ci/run installs systemd),
+    where a missing program fails the test instead of hiding it."""
+    if found:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{why}, and CI=true: .ci/run installs it")
+    pytest.skip(why)
+
+
+def _header_score(path: Path) -> float:
+    """The first `→ X.Y` in the file's leading comment block."""
+    lines = path.read_text().splitlines()
+    end = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    match = _MEASURED.search("\n".join(lines[:end]))
+    assert match, f"{path.name}: no measured score (→ X.Y) in its header comment"
+    return float(match[1])
+
+
+@pytest.fixture(scope="module")
+def ports_roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two scratch roots laid out as installed: `base` has verld.service in
+    /usr/lib/systemd/system, `ports` has the same plus the drop-in where an admin copies
+    it (/etc/systemd/system/verld.service.d/ports.conf). --root= keeps the host's own
+    /etc/systemd/system out of the measurement."""
+    _require(shutil.which("systemd-analyze") is not None, "systemd-analyze not installed")
+    roots: dict[str, Path] = {}
+    for name in ("base", "ports"):
+        root = tmp_path_factory.mktemp(f"root-{name}")
+        lib = root / "usr/lib/systemd/system"
+        lib.mkdir(parents=True)
+        shutil.copy(UNITS / "verld.service", lib / "verld.service")
+        if name == "ports":
+            dropins = root / "etc/systemd/system/verld.service.d"
+            dropins.mkdir(parents=True)
+            shutil.copy(PORTS_DROPIN, dropins / "ports.conf")
+        roots[name] = root
+    return roots
+
+
+def security(root: Path) -> subprocess.CompletedProcess[str]:
+    return offline(
+        ["systemd-analyze", "security", "--offline=true", f"--root={root}", "verld.service"],
+        root,
+    )
+
+
+def exposure(run: subprocess.CompletedProcess[str]) -> float:
+    match = re.search(r"Overall exposure level for verld\.service: (\d+\.\d+)", run.stdout)
+    assert match, run.stdout + run.stderr
+    return float(match[1])
+
+
+def failed_checks(run: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    """The ✗ lines of a security run: check name → the line, blanks collapsed (the
+    columns' widths follow the longest description)."""
+    lines = [line.split() for line in run.stdout.splitlines() if line.startswith("✗ ")]
+    return {words[1]: " ".join(words) for words in lines}
+
+
+class TestPortsDropIn:
+    def test_score_matches_its_header_and_stays_at_most_0_8(
+        self, ports_roots: dict[str, Path]
+    ) -> None:
+        """verld.service with ports.conf: the exposure its header records, and <= 0.8."""
+        score = exposure(security(ports_roots["ports"]))
+        print(f"\nverld.service + verld.service.d/ports.conf: {score}")
+        assert score == _header_score(PORTS_DROPIN)
+        assert score <= 0.8
+
+    def test_base_unit_score_is_unchanged(self, ports_roots: dict[str, Path]) -> None:
+        """The unit alone still scores what its own header says (0.6, test_units.TARGETS),
+        and the drop-in's header quotes that same number for "without it"."""
+        score = exposure(security(ports_roots["base"]))
+        assert score == _header_score(UNITS / "verld.service")
+        assert score <= TARGETS["verld.service"]
+        assert f"({score} without it)" in PORTS_DROPIN.read_text()
+
+    def test_only_chown_is_added_back(self, ports_roots: dict[str, Path]) -> None:
+        """The drop-in's SystemCallFilter=@chown, parsed after the unit's ~@privileged,
+        re-allows chown: the one new ✗ is ~@privileged, naming chown; nothing else moves."""
+        base = failed_checks(security(ports_roots["base"]))
+        ports = failed_checks(security(ports_roots["ports"]))
+        assert set(ports) - set(base) == {"SystemCallFilter=~@privileged"}, ports
+        assert "chown is allowed" in ports["SystemCallFilter=~@privileged"]
+        assert set(base) <= set(ports)
+        assert ports["DeviceAllow="] == base["DeviceAllow="]  # no device added
+
+    def test_verify_is_clean_with_the_dropin(self, tmp_path: Path) -> None:
+        """systemd-analyze verify, drop-in in verld.service.d/ beside the units: silent."""
+        _require(shutil.which("systemd-analyze") is not None, "systemd-analyze not installed")
+        binary = Path(sys.executable).with_name("verld")
+        _require(os.access(binary, os.X_OK), f"no {binary} to stand in for /usr/bin/verld")
+        for name in ("verld.service", "verld.socket"):
+            text = (UNITS / name).read_text().replace("/usr/bin/verld", str(binary))
+            (tmp_path / name).write_text(text)
+        (tmp_path / "verld.service.d").mkdir()
+        shutil.copy(PORTS_DROPIN, tmp_path / "verld.service.d/ports.conf")
+        run = offline(["systemd-analyze", "verify", "verld.service", "verld.socket"], tmp_path)
+        assert (run.returncode, run.stdout + run.stderr) == (0, "")
+
+    def test_dropin_sets_chown_and_the_link_directory_only(self) -> None:
+        """Three directives, each under its own comment: @chown back, /run/verld/ports at
+        0755; no device, network or identity setting."""
+        assert parse_unit(PORTS_DROPIN) == {
+            "Service.SystemCallFilter": ["@chown"],
+            "Service.RuntimeDirectory": ["verld/ports"],
+            "Service.RuntimeDirectoryMode": ["0755"],
+        }
+        lines = PORTS_DROPIN.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if "=" in line and not line.startswith("#"):
+                assert lines[i - 1].startswith("#"), f"no comment above {line!r}"
+
+    def test_make_install_ships_it_as_documentation(self, tmp_path: Path) -> None:
+        """`make install`: the drop-in lands under share/doc/verld only; a drop-in in
+        lib/systemd/system would apply to every installation."""
+        _require(shutil.which("make") is not None, "make not installed")
+        make_install(tmp_path)
+        prefix = tmp_path / "usr/local"
+        example = prefix / "share/doc/verld/verld.service.d/ports.conf"
+        assert example.read_text() == PORTS_DROPIN.read_text()
+        assert example.stat().st_mode & 0o777 == 0o644
+        assert not (prefix / "lib/systemd/system/verld.service.d").exists()
+        assert not (tmp_path / "etc/systemd").exists()
+
+    def test_deploy_doc_states_the_measured_score(self) -> None:
+        """docs/deploy.md's section gives the same score as the drop-in's header."""
+        doc = (REPO / "docs/deploy.md").read_text()
+        section = doc.split("### Virtual serial ports under systemd", 1)[1].split("\n## ", 1)[0]
+        assert f"**{_header_score(PORTS_DROPIN)}**" in section
+        assert "/etc/systemd/system/verld.service.d/ports.conf" in section
 
 
 # --- the journal ----------------------------------------------------------------------

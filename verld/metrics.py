@@ -98,6 +98,36 @@ def _modbus_units(
         lines.append(f'verld_modbus_unit_offline{{unit="{row["unit"]}"}} {int(row["offline"])}')
 
 
+def _ports(lines: list[str], ports: list[dict[str, Any]]) -> None:
+    """Per virtual serial port series, labelled by its link."""
+    series = (
+        ("verld_port_open", "gauge", "1 while a program has the virtual port open.", "open"),
+        ("verld_port_calls_total", "counter", "Requests programs wrote to the port.", "calls"),
+        ("verld_port_answered_total", "counter", "Port calls the device answered.", "ok"),
+        ("verld_port_dropped_total", "counter",
+         "Answers and events not delivered to the port (nobody there, backlog full).",
+         "dropped"),
+        ("verld_port_ignored_bytes_total", "counter",
+         "Bytes a program wrote that were ignored (read-only, out of step).", "ignored"),
+        ("verld_port_bad_frames_total", "counter", "Malformed requests dropped.", "bad_frames"),
+    )  # fmt: skip
+    for name, kind, help_text, key in series:
+        _metric(lines, name, kind, help_text)
+        for port in ports:
+            lines.append(f'{name}{{link="{_label(port["link"])}"}} {int(port.get(key, 0))}')
+    _metric(lines, "verld_port_failed_total", "counter",
+            "Port calls that got no answer, by error code.")  # fmt: skip
+    for port in ports:
+        link = _label(port["link"])
+        for code, n in sorted(port.get("failed", {}).items()):
+            lines.append(f'verld_port_failed_total{{link="{link}",code="{code}"}} {n}')
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value: backslash, quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def prometheus_text(
     st: dict[str, Any],
     latency: Histogram,
@@ -151,6 +181,8 @@ def prometheus_text(
     lines.append(f"verld_events_dropped_total {st.get('events_dropped', 0)}")
     if units is not None:
         _modbus_units(lines, units, st.get("units") or [])
+    if st.get("ports"):
+        _ports(lines, st["ports"])
     _metric(lines, "verld_call_latency_seconds", "histogram", "Call latency, receipt to reply.")
     lines.extend(latency.prometheus("verld_call_latency_seconds"))
     return "\n".join(lines) + "\n"

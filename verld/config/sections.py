@@ -154,6 +154,8 @@ _LOG = Section(
     LogConfig,
     {"level": leaves.choice(LOG_LEVELS, str.upper), "format": leaves.choice(LOG_FORMATS)},
 )
+
+
 def _entry_keys(section: Section | Check) -> Collection[str]:
     return section.keys if isinstance(section, Section) else _PORT.keys
 

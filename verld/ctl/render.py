@@ -156,6 +156,7 @@ def render_status(st: dict[str, Any]) -> str:
         ("lease", "none" if not st.get("lease") else json.dumps(st["lease"])),
         ("inhibit", _inhibit_row(st.get("inhibit"))),
         *_modbus_rows(st.get("modbus")),
+        *_port_rows(st.get("ports")),
         *_unit_rows(st.get("units")),
     ]
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
@@ -179,6 +180,26 @@ def _modbus_rows(front: Any) -> Rows:
         f"calls {front.get('calls')}  exceptions {shown}  "
         f"malformed {front.get('closed_malformed')}",
     )]  # fmt: skip
+
+
+def _port_rows(ports: object) -> Rows:
+    """One row per virtual serial port (none without `ports:`)."""
+    if not isinstance(ports, list):
+        return []
+    rows: Rows = []
+    for p in ports:
+        if not isinstance(p, dict):
+            continue
+        failed = p.get("failed") or {}
+        shown = ", ".join(f"{safe(code)} x{n}" for code, n in failed.items()) or "0"
+        mode = "" if p.get("write", True) else "  read-only"
+        rows.append((
+            "vport",
+            f"{safe(p.get('link'))}  {'open' if p.get('open') else 'closed'}{mode}  "
+            f"calls {p.get('calls')}  ok {p.get('ok')}  failed {shown}  "
+            f"dropped {p.get('dropped')}  ignored {p.get('ignored')}",
+        ))  # fmt: skip
+    return rows
 
 
 # --- events and logs ---------------------------------------------------------------

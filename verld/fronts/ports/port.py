@@ -2,7 +2,7 @@
 
 Strategy: the port is one owner in the core's fair queue, like an API client. Its
 pty (`pty.PtyPort`) is watched by one task: while no program has it open the task
-polls every 0.5 s and nothing is read or written (a detached master is readable
+polls every `ATTACH_POLL` (0.1 s) and nothing is read or written (a detached master is readable
 for ever, so a reader would spin); once a program opens it a reader is added, and
 the program's close (read gives None) removes it again. What the program writes is
 fed to the codec's device side (`framing`); each request becomes a call, and the
@@ -41,13 +41,17 @@ from verld.calls import CallResult
 from verld.config import Config, PortConfig
 from verld.errors import ErrorCode
 from verld.fronts.ports.framing import PortFraming, PortRequest, make_port_framing
-from verld.fronts.ports.pty import DETACHED, POLL_INTERVAL, PtyPort
+from verld.fronts.ports.pty import DETACHED, PtyPort
 from verld.link import LinkState
 
 if TYPE_CHECKING:
     from verld.fronts.base import Core
 
 log = structlog.get_logger("verld.ports")
+
+#: seconds between looks at a port nobody has open: a program that opens it and
+#: writes at once waits at most this long (two syscalls a look: no CPU to speak of)
+ATTACH_POLL = 0.1
 
 #: errors after which the device's own answer exists (and is written back)
 _ANSWERED = (None, ErrorCode.DEVICE_ERROR, ErrorCode.REMOTE_FAILURE)
@@ -134,7 +138,7 @@ class VirtualPort:
         while True:
             while not self.pty.program_attached():  # (no event tells: poll)
                 self._departed()
-                await asyncio.sleep(POLL_INTERVAL)
+                await asyncio.sleep(ATTACH_POLL)
             self._gone = loop.create_future()
             self._attach()
             await self._gone
