@@ -1,0 +1,241 @@
+"""A virtual port's life: start-time errors, reload, exit; and the Modbus codecs on a port.
+
+verld runs as a subprocess on verld-sim; programs are real processes or bare opens
+of the link (pyserial where a user's script would use it, pymodbus's own serial
+client for Modbus RTU).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import serial
+import yaml
+
+from verld.codec.modbus import mbap_frame
+from verld.testing import DaemonProc, SimProc, wait_for, write_config
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _config(tmp: Path, sim: SimProc, codec: str, ports: list[dict[str, Any]]) -> Path:
+    device: dict[str, Any] = {"codec": codec}
+    return write_config(tmp, sim.link, {"device": device, "heartbeat": {"interval": 0},
+                                        "ports": ports})  # fmt: skip
+
+
+def _run_verld(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "verld", "--config", str(config)],
+                          capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+
+
+def _hung_up(fd: int) -> bool:
+    try:
+        return os.read(fd, 1) == b""
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        return exc.errno == errno.EIO
+
+
+# --- start and exit -------------------------------------------------------------------
+
+
+def test_a_link_whose_directory_is_missing_stops_verld_at_start_with_exit_1(
+    tmp_path: Path,
+) -> None:
+    """ports[].link in a directory that does not exist: verld says so and exits 1."""
+    sim = SimProc(tmp_path, codec="line")
+    try:
+        result = _run_verld(_config(tmp_path, sim, "line", [{"link": str(tmp_path / "no/ttyV0")}]))
+    finally:
+        sim.stop()
+    assert result.returncode == 1
+    assert "cannot_create_port" in result.stdout + result.stderr
+    assert "does not exist" in result.stdout + result.stderr
+
+
+def test_a_link_path_holding_another_file_is_left_alone_and_verld_exits_1(
+    tmp_path: Path,
+) -> None:
+    """A regular file where the link should go is not verld's: untouched, exit 1."""
+    victim = tmp_path / "ttyV0"
+    victim.write_text("precious")
+    sim = SimProc(tmp_path, codec="line")
+    try:
+        result = _run_verld(_config(tmp_path, sim, "line", [{"link": str(victim)}]))
+    finally:
+        sim.stop()
+    assert result.returncode == 1
+    assert victim.read_text() == "precious"
+
+
+def test_links_exist_while_verld_runs_and_are_removed_at_exit(tmp_path: Path) -> None:
+    """A link left by an earlier verld is replaced; at SIGTERM every link goes."""
+    stale = tmp_path / "ttyA"
+    stale.symlink_to("/dev/pts/999")
+    sim = SimProc(tmp_path, codec="line")
+    links = [tmp_path / "ttyA", tmp_path / "ttyB"]
+    daemon = DaemonProc(_config(tmp_path, sim, "line", [{"link": str(p)} for p in links]))
+    try:
+        for link in links:
+            assert os.readlink(link).startswith("/dev/pts/") and link.resolve().exists()
+        assert os.readlink(stale) != "/dev/pts/999"
+    finally:
+        assert daemon.stop() == 0
+        sim.stop()
+    assert not any(os.path.lexists(link) for link in links)
+
+
+# --- reload ------------------------------------------------------------------------------
+
+
+class Reloadable:
+    """verld with a config file the test rewrites, and `reload` through the API."""
+
+    def __init__(self, tmp: Path, codec: str, ports: list[dict[str, Any]]) -> None:
+        self.tmp = tmp
+        self.sim = SimProc(tmp, codec=codec)
+        self.config = _config(tmp, self.sim, codec, ports)
+        try:
+            self.daemon = DaemonProc(self.config)
+        except BaseException:
+            self.sim.stop()
+            raise
+
+    def reload(self, **sections: Any) -> None:
+        cfg = yaml.safe_load(self.config.read_text())
+        for key, value in sections.items():
+            cfg[key] = value
+        self.config.write_text(yaml.safe_dump(cfg))
+        self.daemon.client().request("reload")
+
+    def stop(self) -> None:
+        self.daemon.stop()
+        self.sim.stop()
+
+
+def test_reload_keeps_unchanged_ports_adds_new_ones_and_hangs_up_removed_ones(
+    tmp_path: Path,
+) -> None:
+    """After a reload: the kept port's program is still connected and answered, the
+    removed port's program sees a hang-up and its link is gone, the new port works."""
+    a, b, c = (str(tmp_path / n) for n in ("ttyA", "ttyB", "ttyC"))
+    rig = Reloadable(tmp_path, "line", [{"link": a}, {"link": b}])
+    fd_b = os.open(b, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        with serial.Serial(a, timeout=2) as port_a:
+            pts_a = os.readlink(a)
+            rig.reload(ports=[{"link": a, "write": True}, {"link": c}])
+            wait_for(lambda: [p["link"] for p in rig.daemon.status()["ports"]] == [a, c], 5.0,
+                     "the reloaded ports")  # fmt: skip
+            assert os.readlink(a) == pts_a  # the same pty
+            port_a.write(b"PING\n")
+            assert port_a.readline() == b"PONG\n"
+        wait_for(lambda: _hung_up(fd_b), 5.0, "a hang-up on the removed port")
+        assert not os.path.lexists(b)
+        with serial.Serial(c, timeout=2) as port_c:
+            port_c.write(b"PING\n")
+            assert port_c.readline() == b"PONG\n"
+    finally:
+        os.close(fd_b)
+        rig.stop()
+
+
+def test_reload_applies_a_ports_new_write_and_mode_settings(tmp_path: Path) -> None:
+    """The same link with write: false and mode 0600: the pty stays, its node's mode
+    changes, and what the program writes is ignored from then on."""
+    a = str(tmp_path / "ttyA")
+    rig = Reloadable(tmp_path, "line", [{"link": a}])
+    try:
+        pts = os.readlink(a)
+        rig.reload(ports=[{"link": a, "write": False, "mode": "0600"}])
+        wait_for(lambda: rig.daemon.status()["ports"][0]["write"] is False, 5.0, "write: false")
+        assert os.readlink(a) == pts and os.stat(pts).st_mode & 0o777 == 0o600
+        with serial.Serial(a, timeout=0.5) as port:
+            port.write(b"PING\n")
+            assert port.readline() == b""
+        wait_for(lambda: rig.daemon.status()["ports"][0]["ignored"] == 5, 5.0, "ignored bytes")
+    finally:
+        rig.stop()
+
+
+# --- the Modbus codecs on a port ------------------------------------------------------------
+
+
+def test_a_modbus_rtu_master_reads_registers_through_a_port(tmp_path: Path) -> None:
+    """pymodbus's own RTU client on the port link reads the sim's holding registers,
+    and a read of a unit that does not answer gets nothing (pymodbus times out)."""
+    from pymodbus.client import ModbusSerialClient
+    from pymodbus.exceptions import ModbusIOException
+
+    sim = SimProc(tmp_path, "--units", "1", codec="modbus-rtu")
+    link = str(tmp_path / "ttyM")
+    daemon = DaemonProc(write_config(tmp_path, sim.link, {
+        "device": {"codec": "modbus-rtu", "timeout": 0.3, "retry": 0},
+        "heartbeat": {"interval": 0}, "ports": [{"link": link}]}))  # fmt: skip
+    client = ModbusSerialClient(link, baudrate=19200, timeout=1, retries=0)
+    try:
+        assert client.connect()
+        reply = client.read_holding_registers(3, count=4, device_id=1)
+        assert not reply.isError() and reply.registers == [3, 4, 5, 6]
+        with pytest.raises(ModbusIOException):  # (pymodbus: no response, no retry)
+            client.read_holding_registers(0, count=1, device_id=7)
+        st = daemon.status()["ports"][0]
+        assert st["ok"] == 1 and st["failed"] == {"timeout": 1}
+    finally:
+        client.close()  # type: ignore[no-untyped-call]
+        daemon.stop()
+        sim.stop()
+
+
+def test_a_modbus_tcp_port_answers_with_the_programs_transaction_id(tmp_path: Path) -> None:
+    """On modbus-tcp, MBAP requests written to the port get MBAP responses with the
+    program's own transaction ids."""
+    sim = SimProc(tmp_path, "--units", "1", codec="modbus-tcp", tcp=True)
+    link = str(tmp_path / "ttyT")
+    daemon = DaemonProc(write_config(tmp_path, sim.address, {
+        "device": {"codec": "modbus-tcp"}, "heartbeat": {"interval": 0},
+        "ports": [{"link": link}]}))  # fmt: skip
+    try:
+        with serial.Serial(link, timeout=2) as port:
+            port.write(mbap_frame(0x1234, bytes.fromhex("0103000a0002")))
+            port.write(mbap_frame(0x0042, bytes.fromhex("010300000001")))
+            got = port.read(2 * (6 + 7)) + port.read(6 + 5)
+        assert got.startswith(mbap_frame(0x1234, bytes.fromhex("010304000a000b")))
+        assert got.endswith(mbap_frame(0x0042, bytes.fromhex("0103020000")))
+    finally:
+        daemon.stop()
+        sim.stop()
+
+
+def test_verld_waits_for_the_program_without_spinning_after_a_close(tmp_path: Path) -> None:
+    """After a program closed the port, verld's CPU stays near zero (no reader left
+    on a master that is readable for ever)."""
+    sim = SimProc(tmp_path, codec="line")
+    link = str(tmp_path / "ttyA")
+    daemon = DaemonProc(_config(tmp_path, sim, "line", [{"link": link}]))
+    try:
+        with serial.Serial(link, timeout=2) as port:
+            port.write(b"PING\n")
+            assert port.readline() == b"PONG\n"
+        wait_for(lambda: daemon.status()["ports"][0]["open"] is False, 5.0, "the close seen")
+        stat = Path(f"/proc/{daemon.pid}/stat")
+
+        def cpu() -> float:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        before = cpu()
+        time.sleep(2.0)
+        assert cpu() - before < 0.1
+    finally:
+        daemon.stop()
+        sim.stop()
