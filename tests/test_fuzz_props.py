@@ -1,4 +1,5 @@
-"""Property tests for every link codec and the API framing (issue 6, docs/security.md).
+"""Property tests for every link codec, the API framing and the ports' device-side
+decoders (issue 6, docs/security.md).
 
 Three properties each: a round trip (frames in garbage come out exactly, the
 garbage is counted), arbitrary bytes never raise, and chunking never changes the
@@ -31,7 +32,7 @@ from verld.errors import ApiError
 from verld.fronts.api.ops import OPS
 
 FUZZ_DIR = Path(__file__).resolve().parents[1] / "tools" / "fuzz"
-TARGETS = ("api", "verl", "length", "line")
+TARGETS = ("api", "verl", "length", "line", "port")
 MAX = 64
 DAEMON = frozenset({0x12, 0x13})
 

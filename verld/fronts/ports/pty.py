@@ -105,12 +105,11 @@ class PtyPort:
             path = os.ttyname(slave)
             tty.setraw(slave)
             os.set_blocking(master, False)
-            os.chown(path, -1, gid)  # before chmod: devpts' own group never gets `mode`
-            os.chmod(path, self.mode)
+            _set_node(path, self.mode, gid)
             self._place_link(path)
         except OSError as exc:
             os.close(master)
-            raise PortSetupError(f"port {self.link}: {exc.strerror or exc}") from None
+            raise PortSetupError(f"port {self.link}: {_why(exc)}") from None
         finally:
             os.close(slave)  # keep none: an open slave fd hides the program's closes
         self._master = master
@@ -122,12 +121,10 @@ class PtyPort:
         """New `mode` and `group` for the node (at once when open); `PortSetupError`
         (the old ones stay) when they cannot be set."""
         if self._master >= 0:
-            gid = _resolve_gid(group)
             try:
-                os.chown(self._slave_path, -1, gid)
-                os.chmod(self._slave_path, mode)
+                _set_node(self._slave_path, mode, _resolve_gid(group))
             except OSError as exc:
-                raise PortSetupError(f"port {self.link}: {exc.strerror or exc}") from None
+                raise PortSetupError(f"port {self.link}: {_why(exc)}") from None
         self.mode, self.group = mode, group
 
     def close(self) -> None:
@@ -300,6 +297,23 @@ class PtyPort:
             if exc.errno in (errno.EIO, errno.ENXIO):
                 return DETACHED
             raise
+
+
+def _set_node(path: str, mode: int, gid: int) -> None:
+    """The pty node's group, then its mode (in that order: devpts' own group, often
+    `tty`, never gets `mode`); no chown when the group is already right."""
+    if os.stat(path).st_gid != gid:
+        os.chown(path, -1, gid)
+    os.chmod(path, mode)
+
+
+def _why(exc: OSError) -> str:
+    """An OSError as the user can act on it: EPERM from chown is the hardened unit."""
+    text = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+    if exc.errno == errno.EPERM:
+        text += (" (under systemd, ports need the verld.service.d/ports.conf drop-in, "
+                 "which allows chown: docs/deploy.md)")  # fmt: skip
+    return text
 
 
 def _resolve_gid(group: str | int | None) -> int:
