@@ -12,12 +12,17 @@ clock, the write buffer and baud pacing.
 Replies on `verl` carry a seq, so each is scheduled on its own and a delayed
 call does not hold back a fast one. `length` and `line` have no seq: their
 replies go out in request order (a reply is never due before the previous one).
+
+GPS mode (line): `NMEA n` answers `OK`, then n fixes as event lines (`verld.sim.nmea`);
+with `--nmea HZ` the loop sends fixes on its own through `Device.unsolicited`.
 """
 
 from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple, Protocol
 
 from verld.codec.length import LengthDecoder
@@ -25,11 +30,13 @@ from verld.codec.length import encode as length_encode
 from verld.codec.line import LineSplitter
 from verld.codec.verl import FrameDecoder, encode_frame
 from verld.sim.faults import Counters, Faults
+from verld.sim.nmea import Fix, fix_sentences
 
 IDENTITY = b"verld-sim 0.1.0"
 REQUEST, REPLY, EVENT = 0x11, 0x12, 0x13
 OK, FAILED, REJECTED = 0x00, 0xFF, 0xFE
 MAX_COUNT = 65535  #: most events / lines one command may ask for (u16 on the binary codecs)
+MAX_FIXES = 3600  #: most fixes one `NMEA n` may ask for (an hour at 1 Hz, about 750 KB)
 
 
 class Timed(NamedTuple):
@@ -110,7 +117,7 @@ def run_binary(payload: bytes) -> tuple[int, bytes, int, int]:
 
 
 def run_line(line: str) -> tuple[list[str], int, int]:
-    """Run one text command: (reply lines, delay ms, number of events)."""
+    """Run one text command: (reply lines, delay ms, number of events or fixes)."""
     word, _, rest = line.partition(" ")
     word = word.upper()
     bare = not rest.strip()
@@ -122,21 +129,21 @@ def run_line(line: str) -> tuple[list[str], int, int]:
         return [IDENTITY.decode()], 0, 0
     if word == "FAIL" and bare:
         return ["ERROR failed"], 0, 0
-    if word in ("DELAY", "EVENTS", "MULTI"):
+    if word in ("DELAY", "EVENTS", "MULTI", "NMEA"):
         count_text, _, text = rest.partition(" ")
-        count = _parse_count(count_text)
+        count = _parse_count(count_text, MAX_FIXES if word == "NMEA" else MAX_COUNT)
         if count is None or (word != "DELAY" and text):
             return ["ERROR bad arguments"], 0, 0
         if word == "DELAY":
             return [text], count, 0
-        if word == "EVENTS":
+        if word in ("EVENTS", "NMEA"):
             return ["OK"], 0, count
         return [f"LINE {i}" for i in range(count)] + ["OK"], 0, 0
     return ["ERROR unknown command"], 0, 0
 
 
-def _parse_count(text: str) -> int | None:
-    if not text.isdigit() or int(text) > MAX_COUNT:
+def _parse_count(text: str, most: int = MAX_COUNT) -> int | None:
+    if not text.isdigit() or int(text) > most:
         return None
     return int(text)
 
@@ -234,13 +241,15 @@ class LengthPersonality:
 
 
 class LinePersonality:
-    """Text lines (SCPI-like); replies end with `reply_terminator`."""
+    """Text lines (SCPI-like); replies end with `reply_terminator`. Also a GPS (NMEA)."""
 
     pipelined = False
     oversize = 0
 
     def __init__(self, max_payload: int, terminator: bytes, reply_terminator: bytes) -> None:
         self.bad_frames = 0
+        self.fix = Fix()  #: where the GPS is: `NMEA n` and `--nmea` report it
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)  #: stamps the fixes
         self._terminator = reply_terminator
         self._splitter = LineSplitter(terminator, max_payload)
 
@@ -251,8 +260,17 @@ class LinePersonality:
     def respond(self, request: Request) -> Response:
         text = request.payload.decode("utf-8", errors="replace").lstrip()
         lines, delay, count = run_line(text)
-        events = [self._encode(f"EVENT {i}") for i in range(count)]
+        if text.partition(" ")[0].upper() == "NMEA":
+            events = self.fix_events(count)
+        else:
+            events = [self._encode(f"EVENT {i}") for i in range(count)]
         return Response(delay, [self._encode(line) for line in lines], events)
+
+    def fix_events(self, count: int = 1) -> list[bytes]:
+        """`count` fixes a second apart from the clock's now: each sentence an event line."""
+        start = self.clock()
+        fixes = (start + timedelta(seconds=i) for i in range(count))
+        return [self._encode(line) for when in fixes for line in fix_sentences(self.fix, when)]
 
     def _encode(self, line: str) -> bytes:
         return line.encode() + self._terminator
@@ -308,23 +326,35 @@ class Device:
         due = now + response.delay_ms / 1000.0 + self.faults.reply_delay(self.rng)
         if not self.personality.pipelined:
             due = self._last_due = max(due, self._last_due)
-        chunks = []
-        if self._chance(self.faults.garbage):
-            chunks.append(self.garbage())
-        reply = list(response.reply)
-        if self._chance(self.faults.corrupt):
-            at = self.rng.randrange(len(reply))
-            flipped = self.personality.corrupt(reply[at], self.rng)
-            self.counters.corrupted += flipped != reply[at]
-            reply[at] = flipped
         self.counters.replies += 1
         self.counters.events += len(response.events)
-        return Timed(due, b"".join(chunks + reply + response.events))
+        return Timed(due, self._damage(response.reply) + b"".join(response.events))
+
+    def _damage(self, chunks: list[bytes]) -> bytes:
+        """`chunks` joined, maybe after a garbage burst, maybe with one byte flipped."""
+        burst = self.garbage() if self._chance(self.faults.garbage) else b""
+        chunks = list(chunks)
+        if self._chance(self.faults.corrupt):
+            at = self.rng.randrange(len(chunks))
+            flipped = self.personality.corrupt(chunks[at], self.rng)
+            self.counters.corrupted += flipped != chunks[at]
+            chunks[at] = flipped
+        return burst + b"".join(chunks)
 
     def event(self, payload: bytes) -> bytes:
         """Encode one event to send now (control socket `event HEX`)."""
         self.counters.events += 1
         return self.personality.encode_event(payload)
+
+    def unsolicited(self, events: list[bytes]) -> bytes | None:
+        """Events sent on its own (`--nmea`) with a reply's faults but delays; None: none."""
+        if self.faults.hang or not events:
+            return None
+        if self._chance(self.faults.drop):
+            self.counters.dropped += 1
+            return None
+        self.counters.events += len(events)
+        return self._damage(events)
 
     def garbage(self, size: int = 0) -> bytes:
         """A burst of random bytes: `size` of them, or 1..64 when size is 0."""

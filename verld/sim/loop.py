@@ -8,7 +8,14 @@ output buffer. Writes never block: the buffer drains as the fd accepts bytes
 deadline in slices of about 5 ms of line time, because a pty ignores the baud
 rate: a slice is written when its last byte would have crossed the wire, and
 bytes read only reach the device once their own wire time has passed. Timers
-(due answers, pacing, replug, periodic unplug) set the select timeout.
+(due answers, pacing, replug, periodic unplug, the beacon) set the select timeout.
+
+A `Beacon` (`--nmea`) is output the device sends on its own, on a fixed schedule
+whether or not anyone talks to it: whole lines into the same buffer as the
+replies (so never inside one), with the device's faults and the baud pacing.
+One that finds earlier output still unwritten is skipped and counted as
+`overflow`, like a fix lost at a full UART: it never piles up for a reader
+that does not read.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -39,13 +47,27 @@ CATCH_UP = 0.02  #: a pacing deadline further behind than this restarts from now
 log = structlog.get_logger("verld.sim")
 
 
+class Beacon(NamedTuple):
+    """Events the device sends on its own every `period` seconds (`--nmea`)."""
+
+    period: float
+    events: Callable[[], list[bytes]]  #: the encoded events of one emission (one fix)
+
+
 class Sim:
     """The running simulator: port, device, faults, timers, control socket."""
 
     def __init__(
-        self, port: Port, device: Device, control_path: str | None = None, trace: bool = False
+        self,
+        port: Port,
+        device: Device,
+        control_path: str | None = None,
+        trace: bool = False,
+        beacon: Beacon | None = None,
     ) -> None:
         self.port = port
+        self._beacon = beacon
+        self._next_beacon: float | None = None
         self._trace = trace  # hex dumps cost time on the hot path: only when logging
         self.device = device
         self.faults: Faults = device.faults
@@ -93,6 +115,8 @@ class Sim:
                 self._selector.register(self.port.listener, selectors.EVENT_READ, self._on_accept)
             self.port.plug()  # a failure here is fatal; later replugs retry
             self.replug()
+            if self._beacon is not None:
+                self._next_beacon = time.monotonic()
             if self.control_path:
                 control = ControlServer(self.control_path, self._selector, self.control)
             sys.stdout.write(f"READY {self.port.address}\n")
@@ -135,7 +159,7 @@ class Sim:
                 self.unplug(1.0)
 
     def _timeout(self, now: float) -> float | None:
-        timers = (self._replug_at, self._next_unplug, self._read_paused_until)
+        timers = (self._replug_at, self._next_unplug, self._read_paused_until, self._next_beacon)
         deadlines = [t for t in timers if t is not None]
         if self._heap:
             deadlines.append(self._heap[0][0])
@@ -154,6 +178,27 @@ class Sim:
         while self._heap and self._heap[0][0] <= now:
             self._emit(heapq.heappop(self._heap)[2])
         self._flush(now)
+        if self._next_beacon is not None and now >= self._next_beacon:
+            self._send_beacon(now)
+
+    def _send_beacon(self, now: float) -> None:
+        """One beacon emission, unless the line is still busy; the next one is due."""
+        assert self._beacon is not None and self._next_beacon is not None
+        period = self._beacon.period
+        # Keep the phase (no drift), unless the loop fell a whole period behind.
+        self._next_beacon += period
+        if self._next_beacon <= now:
+            self._next_beacon = now + period
+        if self.port.fd is None:
+            return  # unplugged, or nobody connected: nobody hears it
+        events = self._beacon.events()
+        if self._out:
+            self.device.counters.overflow += sum(map(len, events))
+            return
+        data = self.device.unsolicited(events)
+        if data is not None:
+            self._emit(data)
+            self._flush(now)
 
     # --- the data fd ------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import logging
+import math
 import os
 import random
 import sys
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from verld.sim.device import Device, make_personality
+from verld.sim.device import Device, LinePersonality, make_personality
 from verld.sim.faults import (
     Counters,
     Faults,
@@ -22,13 +23,14 @@ from verld.sim.faults import (
     parse_probability,
     parse_seconds,
 )
-from verld.sim.loop import Sim
+from verld.sim.loop import Beacon, Sim
 from verld.sim.modbus import parse_units
 from verld.sim.ports import Port, PtyPort, TcpPort
 
 T = TypeVar("T")
 
 CODECS = ("verl", "length", "line", "modbus-rtu", "modbus-tcp")
+MAX_NMEA_HZ = 1000.0  #: fastest --nmea rate (real receivers do 1..25 Hz)
 
 
 #: one command-line option: its flags and its `add_argument` keywords
@@ -59,6 +61,8 @@ def _device_options() -> tuple[Option, ...]:
         _opt("--terminator", metavar="TEXT", type=_terminator, default=b"\n",
              help="line codec: request terminator, backslash escapes allowed (default \\n)"),
         _opt("--crlf", action="store_true", help="line codec: end reply lines with \\r\\n"),
+        _opt("--nmea", metavar="HZ", type=_rate, default=0.0,
+             help="line codec: be a GPS, sending a fix (NMEA GGA, RMC, GSA) HZ times a second"),
         _opt("--units", metavar="LIST", type=_arg(parse_units), default=(1,),
              help="modbus codecs: the unit ids served, e.g. 1,2,7 (default 1); others stay silent"),
         _opt("--control", metavar="PATH", help="Unix socket for runtime control"),
@@ -124,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.codec == "modbus-rtu" and not all(1 <= unit <= 247 for unit in args.units):
         parser.error("--units: modbus-rtu serves units 1..247 (0 is the broadcast address)")
+    if args.nmea and args.codec != "line":
+        parser.error(f"--nmea: NMEA sentences are lines: it needs --codec line, not {args.codec}")
     _configure_logging(args.verbose)
     faults = Faults(
         latency=args.latency,
@@ -140,13 +146,16 @@ def main(argv: list[str] | None = None) -> int:
         args.codec, args.max_payload, args.terminator, args.crlf, args.units
     )
     device = Device(personality, faults, Counters(), random.Random(args.seed))
+    beacon = None
+    if args.nmea and isinstance(personality, LinePersonality):
+        beacon = Beacon(1.0 / args.nmea, personality.fix_events)
     try:
         port: Port = (
             TcpPort(args.tcp)
             if args.tcp is not None
             else PtyPort(args.link or f"/tmp/verld-sim-{os.getpid()}")
         )
-        return Sim(port, device, args.control, trace=args.verbose).run()
+        return Sim(port, device, args.control, trace=args.verbose, beacon=beacon).run()
     except OSError as exc:
         print(f"verld-sim: {exc}", file=sys.stderr)
         return 1
@@ -197,6 +206,16 @@ def _positive_seconds(text: str) -> float:
     value = parse_seconds(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rate in Hz, got {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= MAX_NMEA_HZ):
+        raise argparse.ArgumentTypeError(f"must be > 0 and <= {MAX_NMEA_HZ:g} Hz, got {text}")
     return value
 
 
