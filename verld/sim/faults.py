@@ -73,13 +73,13 @@ class Counters:
     requests: int = 0  #: requests decoded (hung, dropped and oversize ones included)
     replies: int = 0  #: replies sent (corrupted ones included)
     events: int = 0  #: events sent
-    dropped: int = 0  #: requests left unanswered by the drop fault
+    dropped: int = 0  #: requests left unanswered, and NMEA fixes lost, by the drop fault
     ignored: int = 0  #: requests left unanswered because the device hung
     corrupted: int = 0  #: replies sent with a flipped byte
     garbage_bursts: int = 0  #: garbage bursts written (fault or `garbage N`)
     oversize: int = 0  #: requests above max_payload
     unplugs: int = 0  #: unplugs (automatic, signalled or commanded)
-    overflow: int = 0  #: output bytes discarded because nobody read them
+    overflow: int = 0  #: output bytes discarded because nobody read them (skipped NMEA fixes too)
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a JSON-able dict."""
