@@ -102,6 +102,19 @@ class TestQuickBench:
         for t in targets:
             assert isinstance(t["measured"], int | float) and isinstance(t["pass"], bool)
 
+    def test_port_path_joins_the_same_rounds(self, bench: Any) -> None:
+        """A full run measures `port` in the verl rounds; its figures sit in `ports` alone."""
+        _, result = bench
+        (rnd,) = result["rounds"]
+        assert "port" in rnd["order"] and "port" not in rnd
+        assert "lat32_pyserial" not in rnd["direct"]  # moved to the ports section
+        assert not any(k.startswith("port_") for r in result["paced"]["rounds"] for k in r)
+        (prnd,) = result["ports"]["rounds"]
+        assert prnd["order"] == rnd["order"] and prnd["direct"]["lat32"] == rnd["direct"]["lat32"]
+        assert prnd["verld"]["lat32"] == rnd["verld"]["lat32"]  # the API client, same round
+        names = {t["name"] for t in result["ports"]["summary"]["targets"]}
+        assert "port p50 / verld API client p50, lock-step 32 B" in names
+
 
 class TestLockstepClient:
     """The blocking lock-step client (no event loop) still cannot hang on a silent bridge."""
@@ -221,3 +234,93 @@ class TestQuickModbusBench:
         assert (
             rnd["verld"]["paced8"]["verld_counters"]["calls_ok"] == rnd["verld"]["paced8"]["good"]
         )
+
+
+@pytest.fixture(scope="module")
+def ports_bench(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    out = tmp_path_factory.mktemp("bench-ports") / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "bench"), "--ports", "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    result = json.loads(out.read_text()) if out.exists() else None
+    return proc, result
+
+
+#: figures of the port rounds that each path reports (a number)
+PORT_FIGURES = {
+    "direct": ("lat32_p50_us", "lat32_p99_us", "calls_c1", "py_p50_us", "py_p99_us"),
+    "port": (
+        *("lat32_p50_us", "lat32_p99_us", "calls_c1", "py_p50_us", "py_p99_us", "cpu_us_c1"),
+        *("ready_s", "paced_calls", "paced_util", "paced_util_counters", "paced_p50_ms"),
+        *("paced_p99_ms", "paced_cpu_percent"),
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+class TestQuickPortsBench:
+    def test_exits_zero_with_only_the_port_rounds(self, ports_bench: Any) -> None:
+        """`--ports --quick` exits 0 with no wrong or missing reply, and runs nothing else."""
+        proc, result = ports_bench
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert result is not None and result["ok"] is True and result["errors"] == []
+        assert "ports" in result and not {"rounds", "paced", "idle", "modbus"} & set(result)
+        assert "port figure" in proc.stdout  # the table is printed
+
+    def test_json_has_every_port_figure(self, ports_bench: Any) -> None:
+        """direct and port have every figure key; the ones each measures are numbers > 0."""
+        _, result = ports_bench
+        ports = result["ports"]
+        assert ports["paths"] == ["direct", "port"] and ports["programs"] == 8
+        figures = ports["summary"]["figures"]
+        assert set(figures["direct"]) == set(figures["port"])
+        for path, keys in PORT_FIGURES.items():
+            for key in keys:
+                value = figures[path][key]
+                assert isinstance(value, int | float) and value > 0, (path, key, value)
+
+    def test_every_program_got_every_reply(self, ports_bench: Any) -> None:
+        """Each workload made calls and got each reply right; verld's counts agree."""
+        _, result = ports_bench
+        (rnd,) = result["ports"]["rounds"]
+        assert rnd["order"] in (["direct", "port"], ["port", "direct"])
+        (paced,) = result["ports"]["paced"]["rounds"]
+        runs = [*rnd["direct"].values(), rnd["port"]["lat32"], rnd["port"]["lat32_pyserial"]]
+        for run in [*runs, paced["port_p8"]]:
+            assert run["calls"] > 0 and run["errors"] == 0 and run["missing"] == 0, run
+            assert run["answered"] == run["sent"]
+        for run in (rnd["port"]["lat32"], rnd["port"]["lat32_pyserial"], paced["port_p8"]):
+            assert run["verld_counters"]["calls_ok"] == run["answered"]
+            assert sum(p["ok"] for p in run["verld_ports"]) == run["answered"]
+            for port in run["verld_ports"]:
+                assert port["failed"] == {} and port["dropped"] == 0 and port["bad_frames"] == 0
+
+    def test_paced_programs_each_called_and_the_wire_figures_agree(self, ports_bench: Any) -> None:
+        """8 programs on 8 ports each made calls; wire busy from their calls/s and from
+        verld's bytes_rx counter are two counts of one window (sane, not a speed)."""
+        _, result = ports_bench
+        (paced,) = result["ports"]["paced"]["rounds"]
+        run = paced["port_p8"]
+        assert run["programs"] == 8 and len({p["link"] for p in run["per_program"]}) == 8
+        assert all(p["calls"] > 0 and p["errors"] == 0 for p in run["per_program"])
+        assert 0 < run["utilisation_percent"] < 150
+        assert abs(run["utilisation_percent"] - run["utilisation_counters_percent"]) < 20
+
+    def test_targets_are_reported(self, ports_bench: Any) -> None:
+        """The port targets carry a measured value and a verdict; none needs a verld API run."""
+        _, result = ports_bench
+        targets = {t["name"]: t for t in result["ports"]["summary"]["targets"]}
+        assert set(targets) == {
+            "port p50 / direct p50, lock-step 32 B",
+            "port p50 / direct p50, lock-step 32 B, pyserial's API",
+            "paced wire busy, 8 programs on 8 ports",
+        }
+        for t in targets.values():
+            assert isinstance(t["measured"], int | float) and isinstance(t["pass"], bool)
+        assert len(targets["port p50 / direct p50, lock-step 32 B"]["per_round"]) == 1

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 import verld
-from benchlib import mbreport, mbworker, report, worker
+from benchlib import mbreport, mbworker, portbench, portreport, portworker, report, worker
 from benchlib.modbus import (
     MBUSD_BUILD,
     MBUSD_SRC,
@@ -39,14 +39,16 @@ from benchlib.runner import Runner, Timing
 ROOT = Path(__file__).resolve().parent.parent.parent
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 MODBUS_BEGIN, MODBUS_END = "<!-- bench:modbus:begin -->", "<!-- bench:modbus:end -->"
+PORTS_BEGIN, PORTS_END = "<!-- bench:ports:begin -->", "<!-- bench:ports:end -->"
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tools/bench",
-        description="Benchmark verld against a direct pty and a socat relay, all on one "
-        "verld-sim, in interleaved rounds; and verld's Modbus TCP gateway against a direct "
-        "RTU master and mbusd. Prints a table, writes JSON (and a plot and "
+        description="Benchmark verld (its API and its virtual serial ports) against a direct "
+        "pty and a socat relay, all on one verld-sim, in interleaved rounds; and verld's "
+        "Modbus TCP gateway against a direct RTU master and mbusd. Prints a table, writes "
+        "JSON (and a plot and "
         "docs/benchmarks.md on a full run).",
     )
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 5; --quick: 1)")
@@ -100,8 +102,11 @@ def _parser() -> argparse.ArgumentParser:
         default=10,
         help="holding registers each Modbus call reads (default 10, at most 125)",
     )
-    p.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
-    p.add_argument("--modbus-worker", metavar="SPEC", help=argparse.SUPPRESS)
+    vp = p.add_argument_group("Virtual serial port rounds", portbench.HELP)
+    vp.add_argument("--ports", action="store_true", help="run only the port rounds")
+    vp.add_argument("--no-ports", action="store_true", help="leave the port rounds out")
+    for hidden in ("--worker", "--modbus-worker", "--port-worker"):
+        p.add_argument(hidden, metavar="SPEC", help=argparse.SUPPRESS)
     return p
 
 
@@ -115,14 +120,17 @@ def main(argv: list[str] | None = None) -> int:
         return worker.main(args.worker)
     if args.modbus_worker is not None:
         return mbworker.main(args.modbus_worker)
+    if args.port_worker is not None:
+        return portworker.main(args.port_worker)
     if args.from_json is not None:
         return _rerender(args)
     if args.rounds is not None and args.rounds < 1:
         print("bench: --rounds must be at least 1", file=sys.stderr)
         return 2
-    if args.modbus and args.no_modbus:
-        print("bench: --modbus and --no-modbus exclude each other", file=sys.stderr)
-        return 2
+    for part in ("modbus", "ports"):
+        if getattr(args, part) and getattr(args, "no_" + part):
+            print(f"bench: --{part} and --no-{part} exclude each other", file=sys.stderr)
+            return 2
     if not 1 <= args.modbus_registers <= 125:
         print("bench: --modbus-registers must be 1..125", file=sys.stderr)
         return 2
@@ -158,10 +166,11 @@ def _run(args: argparse.Namespace, procs: Procs, tmp: Path) -> int:
     duration = args.duration if args.duration is not None else (0.4 if quick else 2.0)
     timing = Timing(warmup, duration)
     paced_timing = Timing(max(warmup, 0.2), max(duration, 0.6) * (1 if quick else 1.25))
-    only_modbus = args.modbus
-    with_modbus = only_modbus or not (quick or args.no_modbus)
+    with_core = not (args.modbus or args.ports)  # --modbus, --ports: only those parts
+    with_modbus = args.modbus or (with_core and not (quick or args.no_modbus))
+    with_ports = args.ports or (with_core and not args.no_ports)
     docs = not quick and not args.no_docs
-    core_docs = docs and not only_modbus  # a Modbus-only run leaves bench.json/png alone
+    core_docs = docs and with_core  # a Modbus- or port-only run leaves bench.json/png alone
     json_path = args.json or (str(ROOT / "docs/bench.json") if core_docs else None)
     plot_path = args.plot or (str(ROOT / "docs/bench.png") if core_docs else None)
     md_path = args.markdown or (str(ROOT / "docs/benchmarks.md") if docs else None)
@@ -181,16 +190,20 @@ def _run(args: argparse.Namespace, procs: Procs, tmp: Path) -> int:
     result: dict[str, Any] = {"meta": meta}
     errors: list[str] = []
     warnings: list[str] = []
-    if not only_modbus:
-        runner = Runner(procs, tmp, timing=timing, paced_timing=paced_timing, say=_say)
-        meta["paths"] = runner.paths
+    if with_core or with_ports:
+        make = portbench.runner(core=with_core) if with_ports else Runner
+        runner = make(procs, tmp, timing=timing, paced_timing=paced_timing, say=_say)
         all_rounds = [runner.round(n) for n in range(rounds)]
         paced = runner.paced(args.baud, rounds) if args.baud else None
-        idle = runner.idle(idle_seconds)
+        if with_ports:  # the port figures move to their own section
+            result["ports"] = portbench.section(all_rounds, paced)
+        if with_core:
+            meta["paths"] = runner.paths
+            idle = runner.idle(idle_seconds)
+            summary = report.summarise(all_rounds, paced, idle, runner.paths)
+            result.update(summary=summary, rounds=all_rounds, paced=paced, idle=idle)
         errors += runner.errors
         warnings += runner.warnings
-        summary = report.summarise(all_rounds, paced, idle, runner.paths)
-        result.update(summary=summary, rounds=all_rounds, paced=paced, idle=idle)
     if with_modbus:
         result["modbus"] = _modbus(args, procs, tmp, rounds, timing, errors, warnings)
     meta["loadavg_end"] = _loadavg()
@@ -270,6 +283,9 @@ def _print_tables(result: dict[str, Any]) -> None:
     if "summary" in result:
         print()
         print(report.table(result["summary"], result["meta"]["paths"], result["meta"].get("baud")))
+    if "ports" in result:
+        print()
+        print(portreport.table(result["ports"]))
     if "modbus" in result:
         print()
         print(mbreport.table(result["modbus"]))
@@ -283,6 +299,8 @@ def _rerender(args: argparse.Namespace) -> int:
         result["summary"] = report.summarise(
             result["rounds"], result["paced"], result["idle"], paths
         )
+    if "ports" in result:
+        result["ports"]["summary"] = portreport.summarise(result["ports"])
     if "modbus" in result:
         mb = result["modbus"]
         mb["summary"] = mbreport.summarise(mb["rounds"], mb["paths"])
@@ -302,6 +320,9 @@ def _write_outputs(
         if "summary" in result:
             section = report.markdown(result["summary"], result["meta"]["paths"], result["meta"])
             _refresh_markdown(Path(md_path), section)
+        if "ports" in result:
+            section = portreport.markdown(result["ports"], result["meta"])
+            _refresh_markdown(Path(md_path), section, PORTS_BEGIN, PORTS_END)
         if "modbus" in result:
             section = mbreport.markdown(result["modbus"], result["meta"])
             _refresh_markdown(Path(md_path), section, MODBUS_BEGIN, MODBUS_END)

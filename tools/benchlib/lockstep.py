@@ -11,6 +11,13 @@ which polls before every recv). A hung bridge cannot hang the bench: an interval
 timer (re-armed a few times a second, not per call) interrupts the blocked read.
 Every reply is still checked against its own request (seq or id, status 0, the
 unique echoed bytes).
+
+A virtual serial port of verld (kind `serial`) is opened as a program opens it,
+with pyserial, and then driven the same way through its fd (made blocking, with
+VMIN 1: pyserial leaves VMIN 0, where read(2) returns at once); kind `pyserial` goes
+through pyserial's own API instead (`write`, then `read(in_waiting or 1)` until
+the reply is whole: a select() and an ioctl more per read), as a pyserial program
+would, on a port or on the device pty alike.
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import serial
+
 from benchlib.meter import Meter, Payloads, Spec
-from benchlib.peers import api_echo_ok, open_pty
+from benchlib.peers import api_echo_ok, open_pty, open_serial
 from verld.codec.verl import FrameDecoder, encode_frame
 
 _REQUEST, _REPLY = 0x11, 0x12
@@ -77,6 +86,21 @@ def _writer(fd: int) -> Callable[[bytes], None]:
             view = view[os.write(fd, view) :]
 
     return write
+
+
+def _pyserial_io(port: serial.Serial) -> tuple[Callable[[], bytes], Callable[[bytes], None]]:
+    """Read and write through pyserial's API, as a pyserial program does."""
+
+    def read() -> bytes:
+        data = port.read(port.in_waiting or 1)
+        if not data:
+            raise NoReply("pyserial read nothing")
+        return data
+
+    def write(data: bytes) -> None:
+        port.write(data)
+
+    return read, write
 
 
 def _verl_calls(
@@ -159,11 +183,13 @@ def run(spec: Spec, say: Callable[[str], None]) -> dict[str, Any]:
     """Warm up, measure, stop: the same RESULT object as the event-loop worker."""
     rng = random.Random(spec.seed)
     meter = Meter()
-    sock: socket.socket | None = None
     if spec.kind == "pty":
         fd = open_pty(spec.target)
         os.set_blocking(fd, True)
         close: Callable[[], None] = lambda: os.close(fd)  # noqa: E731
+    elif spec.kind in ("serial", "pyserial"):
+        port = open_serial(spec.target, blocking=spec.kind == "serial")
+        fd, close = port.fileno(), port.close
     else:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(spec.target)
@@ -171,6 +197,8 @@ def run(spec: Spec, say: Callable[[str], None]) -> dict[str, Any]:
         fd = sock.fileno()
         close = sock.close
     read, write = _reader(fd), _writer(fd)
+    if spec.kind == "pyserial":
+        read, write = _pyserial_io(port)
     decoder = FrameDecoder(spec.max_payload, frozenset({_REPLY, 0x13}))
     if spec.kind == "api":
         one = _api_calls(spec, rng, read, write)
@@ -210,6 +238,6 @@ def run(spec: Spec, say: Callable[[str], None]) -> dict[str, Any]:
         "clients": spec.clients,
         "inflight": spec.inflight,
         "bad_frames": bad_frames(),
-        "client": "blocking",
+        "client": "pyserial" if spec.kind == "pyserial" else "blocking",
     }
     return meter.result(missing, extra)

@@ -17,8 +17,8 @@ _MAX_ERRORS_SHOWN = 5
 class Spec:
     """One workload, as passed on the worker's command line (JSON)."""
 
-    kind: str  #: pty | unix | api
-    target: str  #: the pty path or the Unix socket path
+    kind: str  #: pty | unix | api | serial | pyserial (a port or pty opened with pyserial)
+    target: str  #: the pty path, the Unix socket path, or the port's link
     clients: int  #: connections (pty/unix: always 1)
     inflight: int  #: calls each client keeps outstanding (1 = lock-step)
     size: int  #: echoed data bytes per call

@@ -1,4 +1,4 @@
-"""The generator's clients: verl frames on the pty or socat's socket, or verld's JSON API.
+"""The generator's clients: verl frames on the pty, socat's socket or a verld port, or the API.
 
 Each peer keeps `inflight` calls outstanding, matches replies by seq (verl) or id
 (API), checks every reply against its own request, and writes the requests of one
@@ -17,6 +17,8 @@ import time
 import tty
 from collections.abc import Callable
 from typing import Any, cast
+
+import serial
 
 from benchlib.meter import Meter, Payloads, Spec
 from verld.codec.verl import FrameDecoder, encode_frame
@@ -153,6 +155,24 @@ def open_pty(path: str) -> int:
     tty.setraw(fd)
     termios.tcflush(fd, termios.TCIOFLUSH)
     return fd
+
+
+def open_serial(path: str, *, blocking: bool = False) -> serial.Serial:
+    """A port opened as a program opens it: pyserial, 115200 8N1, reads without a timeout.
+
+    pyserial sets the termios (raw, VMIN 0 and VTIME 0, the baud rate) and flushes the
+    input, and waits in select() before each read of its non-blocking fd. `blocking`:
+    for a client that blocks in read(2) instead, the fd is made blocking and VMIN set
+    to 1 (a read waits for a byte, as on a pty set raw by `open_pty`).
+    """
+    port = serial.Serial(path, 115200, timeout=None)
+    if blocking:
+        fd = port.fileno()
+        attrs = termios.tcgetattr(fd)
+        attrs[6][termios.VMIN], attrs[6][termios.VTIME] = 1, 0
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+        os.set_blocking(fd, True)
+    return port
 
 
 class VerlProtocol(asyncio.Protocol):

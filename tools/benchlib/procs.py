@@ -286,7 +286,8 @@ class Verld:
 
     `checkout`: run the verld package of another checkout (tools/bench-ab) instead of
     the one `python -m verld` finds first. `config`: the whole config to run with
-    (`socket` is filled in as `api.socket`) instead of the bench's verl one.
+    (`socket` is filled in as `api.socket`) instead of the bench's verl one. `ports`:
+    links of virtual serial ports to add to the bench's config (`ports:`).
     """
 
     def __init__(
@@ -299,11 +300,14 @@ class Verld:
         checkout: Path | None = None,
         *,
         config: dict[str, Any] | None = None,
+        ports: Sequence[str] = (),
     ) -> None:
         self.procs = procs
         self.socket = str(tmp / "verld.sock")
         self.log_path = tmp / f"verld-{serial}.log"
         settings = _verld_config(link, self.socket, window)
+        if ports:
+            settings["ports"] = [{"link": port, "mode": "0600"} for port in ports]
         if config is not None:
             settings = {**config, "api": {**config.get("api", {}), "socket": self.socket}}
         config_path = tmp / f"verld-{serial}.yaml"

@@ -81,7 +81,13 @@ class Runner:
 
     @property
     def paths(self) -> list[str]:
+        """The paths of the verl figures table (`report`)."""
         return ["direct", "socat", "verld"] if self.have_socat else ["direct", "verld"]
+
+    @property
+    def round_paths(self) -> list[str]:
+        """The paths each round measures (a subclass adds its own: `portbench`)."""
+        return self.paths
 
     # --- one workload ------------------------------------------------------------------------
 
@@ -238,19 +244,22 @@ class Runner:
     # --- the phases --------------------------------------------------------------------------
 
     def round(self, number: int) -> dict[str, Any]:
-        paths = self.paths
+        paths = self.round_paths
         turn = number % len(paths)
         order = paths[turn:] + paths[:turn]
         self.say(f"round {number + 1}: {' → '.join(order)}")
         out: dict[str, Any] = {"order": order}
         for path in order:
-            if path == "direct":
-                out[path] = self.direct((LAT32, LAT1K, INFLIGHT8))
-            elif path == "socat":
-                out[path] = self.socat((LAT32, LAT1K, INFLIGHT8))
-            else:
-                out[path] = self.verld()
+            out[path] = self.run_path(path)
         return out
+
+    def run_path(self, path: str) -> dict[str, Any]:
+        """One path's workloads of a round."""
+        if path == "direct":
+            return self.direct((LAT32, LAT1K, INFLIGHT8))
+        if path == "socat":
+            return self.socat((LAT32, LAT1K, INFLIGHT8))
+        return self.verld()
 
     def paced(self, baud: int, rounds: int) -> dict[str, Any]:
         """Link utilisation with the sim's writes paced to `baud`: 1 lock-step client vs 8."""
@@ -261,15 +270,7 @@ class Runner:
         try:
             for number in range(rounds):
                 self.say(f"paced round {number + 1} at {baud} baud")
-                one: dict[str, Any] = {}
-                for name, res in self.direct((LAT32, INFLIGHT8), self.paced_timing).items():
-                    one["direct_" + name] = res
-                daemon = self.start_verld(8)
-                try:
-                    res_v = self.verld_workloads(daemon, (LAT32, C8), self.paced_timing)
-                finally:
-                    self.stop_verld(daemon)
-                one.update({"verld_" + name: res for name, res in res_v.items()})
+                one = self.paced_round()
                 for res in one.values():
                     res["wire_bytes_per_s"] = round(res["rate"] * frame, 1)
                     res["utilisation_percent"] = round(res["rate"] * frame * 100 / capacity, 2)
@@ -277,6 +278,19 @@ class Runner:
         finally:
             self.sim.control("set baud 0")
         return out
+
+    def paced_round(self) -> dict[str, Any]:
+        """One paced round's workloads, each with its `rate` (the wire use is added after)."""
+        one: dict[str, Any] = {}
+        for name, res in self.direct((LAT32, INFLIGHT8), self.paced_timing).items():
+            one["direct_" + name] = res
+        daemon = self.start_verld(8)
+        try:
+            res_v = self.verld_workloads(daemon, (LAT32, C8), self.paced_timing)
+        finally:
+            self.stop_verld(daemon)
+        one.update({"verld_" + name: res for name, res in res_v.items()})
+        return one
 
     def idle(self, seconds: float) -> dict[str, Any]:
         """verld's CPU with no clients and a 1 s heartbeat, from per-thread schedstat."""

@@ -173,6 +173,9 @@ class VerlPortFraming(_Bounded):
         if self.discarding:
             self.ignored += len(data)
             return []
+        if self._run + len(data) <= self._max_run:  # no run can be too long: no scan
+            self._run = len(data) - data.rfind(0) - 1 if 0 in data else self._run + len(data)
+            return self._decode(data)
         run, start = self._run, 0
         for piece in data.split(b"\x00"):
             run += len(piece)

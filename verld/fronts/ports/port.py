@@ -89,6 +89,7 @@ class VirtualPort:
         self._pumping = False
         self._outstanding = 0  #: calls of this epoch not ended yet
         self._watch: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  #: (set by `open`)
         self._gone: asyncio.Future[None] | None = None
         self._quiet: asyncio.TimerHandle | None = None
         self._flush: asyncio.TimerHandle | None = None
@@ -113,12 +114,17 @@ class VirtualPort:
         if (entry.mode, entry.group) != (self.pty.mode, self.pty.group):
             self.pty.set_access(entry.mode, entry.group)
 
+    def _the_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop `open` ran in (asyncio.get_running_loop costs a syscall a call)."""
+        assert self._loop is not None, "the port is not open"
+        return self._loop
+
     # --- lifecycle ----------------------------------------------------------------------
     def open(self) -> None:
         """Create the pty and its link (`PortSetupError` says why not) and watch it."""
         self.pty.open()
-        self._watch = asyncio.get_running_loop().create_task(self._watch_program(),
-                                                             name=f"port {self.link}")  # fmt: skip
+        self._loop = asyncio.get_running_loop()
+        self._watch = self._loop.create_task(self._watch_program(), name=f"port {self.link}")
         log.info("port_created", link=self.link, pty=self.pty.slave_path,
                  write=self.entry.write, events=self.entry.events)  # fmt: skip
 
@@ -155,7 +161,7 @@ class VirtualPort:
     def _attach(self) -> None:
         self.attached = True
         self.framing.reset()  # what an earlier program left half-written is worthless
-        asyncio.get_running_loop().add_reader(self.pty.fd, self._readable)
+        self._the_loop().add_reader(self.pty.fd, self._readable)
         log.info("port_opened", link=self.link)
 
     def _detach(self, reason: str) -> None:
@@ -202,20 +208,20 @@ class VirtualPort:
             return
         framing = self.framing
         requests = framing.feed(data)
-        loop = asyncio.get_running_loop()
         if framing.discarding:  # out of step: wait for a quiet spell
+            loop = self._the_loop()
             self._last_input = loop.time()
             if self._quiet is None:
                 self._quiet = loop.call_later(self.guard, self._check_quiet)
         elif self.rtu:  # an RTU request of unknown length ends at silence
             if self._flush is not None:
                 self._flush.cancel()
-            self._flush = loop.call_later(self.gap, self._silence)
+            self._flush = self._the_loop().call_later(self.gap, self._silence)
         self._requests(requests)
 
     def _check_quiet(self) -> None:
         self._quiet = None
-        loop = asyncio.get_running_loop()
+        loop = self._the_loop()
         due = self._last_input + self.guard
         if loop.time() < due:
             self._quiet = loop.call_at(due, self._check_quiet)
@@ -324,7 +330,7 @@ class VirtualPort:
         elif written < len(frame):
             self._out += frame[written:]
             self._sizes.append(len(frame) - written)
-            asyncio.get_running_loop().add_writer(self.pty.fd, self._writable)
+            self._the_loop().add_writer(self.pty.fd, self._writable)
 
     def _writable(self) -> None:
         written = self.pty.write(self._out)
@@ -338,11 +344,11 @@ class VirtualPort:
         if sizes:
             sizes[0] -= written
         if not self._out:
-            asyncio.get_running_loop().remove_writer(self.pty.fd)
+            self._the_loop().remove_writer(self.pty.fd)
 
     def _drop_output(self) -> None:
         if self._out:
-            asyncio.get_running_loop().remove_writer(self.pty.fd)
+            self._the_loop().remove_writer(self.pty.fd)
             self.stats.dropped += len(self._sizes)
             self._out.clear()
             self._sizes.clear()

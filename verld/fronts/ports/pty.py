@@ -90,6 +90,7 @@ class PtyPort:
         self._master = -1
         self._slave_path = ""
         self._attached = False  # as last seen by program_attached()
+        self._poller = select.poll()
         self._termios_reported = False  # fix_termios said True since the last attach
 
     # -- lifecycle -------------------------------------------------------------
@@ -116,6 +117,8 @@ class PtyPort:
         self._slave_path = path
         self._attached = False
         self._termios_reported = False
+        self._poller = select.poll()  # one for the pty's life: a poll per write is hot
+        self._poller.register(master, select.POLLOUT)
 
     def set_access(self, mode: int, group: str | int | None) -> None:
         """New `mode` and `group` for the node (at once when open); `PortSetupError`
@@ -202,9 +205,7 @@ class PtyPort:
         """
         if self._master < 0:
             return False
-        poller = select.poll()
-        poller.register(self._master, select.POLLOUT)
-        events = poller.poll(0)
+        events = self._poller.poll(0)
         now = not (events and events[0][1] & _HUP)
         if now and not self._attached:
             self._discard_stale()
