@@ -414,11 +414,13 @@ def main(argv: list[str] | None = None) -> int:
     fmt = logs.setup(cfg.log.level, cfg.log.format)
     if fmt == "console" and cfg.device.port == "sim" and not os.environ.get("LISTEN_FDS"):
         # (Modbus: unit 1 reads holding registers 0 and 1)
-        example = "010300000002" if cfg.device.codec.startswith("modbus") else "01aabb"
+        example = {"line": "--text PING"}.get(cfg.device.codec, "--hex 01aabb")
+        if cfg.device.codec.startswith("modbus"):
+            example = "--hex 010300000002"
         print(
             f"verld: demo on the simulated device; in another shell try:\n"
             f"  tools/verlctl --socket {cfg.api.socket} status\n"
-            f"  tools/verlctl --socket {cfg.api.socket} call --hex {example}\n",
+            f"  tools/verlctl --socket {cfg.api.socket} call {example}\n",
             file=sys.stderr,
         )
     try:
