@@ -414,3 +414,20 @@ def test_an_idle_port_nobody_opens_costs_no_cpu(line_rig: Rig) -> None:
     before = cpu()
     time.sleep(2.0)
     assert cpu() - before < 0.1
+
+
+def test_requests_past_client_queue_on_a_one_at_a_time_port_fail_busy(tmp_path: Path) -> None:
+    """A line port holds at most api.client_queue requests of its own: ten written at
+    once with room for four get four answers; the rest fail busy, unanswered."""
+    rig = Rig(tmp_path, "line", [{"link": str(tmp_path / "ttyA")}], {"api": {"client_queue": 4}})
+    try:
+        with serial.Serial(rig.link("ttyA"), timeout=1.5) as port:
+            rig.wait_open("ttyA")
+            port.write(b"".join(f"DELAY 50 r{i}\n".encode() for i in range(10)))
+            answers = port.read(4096).split()
+        st = rig.port_status("ttyA")
+        busy = st["failed"].get("busy", 0)
+        assert busy >= 1 and st["ok"] == len(answers) >= 4 and st["ok"] + busy == 10
+        assert answers == [f"r{i}".encode() for i in range(len(answers))]
+    finally:
+        rig.stop()

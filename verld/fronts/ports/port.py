@@ -236,22 +236,24 @@ class VirtualPort:
     def _requests(self, requests: list[PortRequest]) -> None:
         if not requests:
             return
-        core = self.core
-        core.hold()  # a burst of requests goes to the device in one write
-        try:
-            for request in requests:
-                self.stats.calls += 1
-                if self.pipelined:
+        self.stats.calls += len(requests)
+        if not self.pipelined:  # one at a time: the rest wait here, bounded
+            room = max(0, self.client_queue - len(self._pending))
+            self._pending.extend(requests[:room])
+            for _ in requests[room:]:
+                self._count(ErrorCode.BUSY)
+                self._failed(ErrorCode.BUSY, "more than api.client_queue requests waiting")
+            self._pump()
+        elif len(requests) == 1:  # the lock-step case: straight out
+            self._submit(requests[0])
+        else:
+            core = self.core
+            core.hold()  # a burst of requests goes to the device in one write
+            try:
+                for request in requests:
                     self._submit(request)
-                elif len(self._pending) >= self.client_queue:
-                    self._count(ErrorCode.BUSY)
-                    self._failed(ErrorCode.BUSY, "more than api.client_queue requests waiting")
-                else:
-                    self._pending.append(request)
-            if not self.pipelined:
-                self._pump()
-        finally:
-            core.flush()
+            finally:
+                core.flush()
 
     def _submit(self, request: PortRequest) -> None:
         core, epoch, tag = self.core, self.epoch, request.tag
