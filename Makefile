@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,fast]'
+	$(BIN)/python -m pip install -q -e '.[test,fast,mqtt]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -34,8 +34,12 @@ clean:
 # the units' ExecStart= is rewritten to $(PREFIX)/bin/verld), docs and example
 # config under $(PREFIX)/share/doc/verld, and /etc/verld/verld.yaml unless one
 # exists. DESTDIR stages the whole tree for a package. See docs/deploy.md.
-# The Modbus TCP sockets (verld-modbus.socket, verld-modbus@.socket) are installed with
-# the units; nothing is enabled.
+# The Modbus TCP sockets (verld-modbus.socket, verld-modbus@.socket) and the MQTT bridge's
+# verld-mqtt.service (ExecStart= rewritten to $(PREFIX)/bin/verld-mqtt) are installed with
+# the units; nothing is enabled. The bridge's config goes to /etc/verld/mqtt.yaml unless
+# one exists, mode 0640: its group must be verld-mqtt (made by systemd-sysusers), so an
+# install without DESTDIR hands it over when that group exists already; otherwise chgrp
+# it after systemd-sysusers (docs/deploy.md, "The MQTT bridge under systemd").
 # systemd/verld.service.d/ports.conf (what virtual serial ports need: chown back in the
 # system-call filter, /run/verld/ports) is NOT installed as a drop-in: one under
 # $(PREFIX)/lib/systemd/system/verld.service.d/ would apply to every installation,
@@ -58,7 +62,7 @@ install:
 		$(SYSTEMD_LIB)/sysusers.d $(SYSTEMD_LIB)/tmpfiles.d \
 		$(DESTDIR)$(PREFIX)/share/doc/verld/verld.service.d $(DESTDIR)/etc/verld
 	for unit in verld.service verld.socket verld@.service \
-			verld-modbus.socket verld-modbus@.socket; do \
+			verld-modbus.socket verld-modbus@.socket verld-mqtt.service; do \
 		sed 's|/usr/bin/verld|$(PREFIX)/bin/verld|' systemd/$$unit \
 			> $(SYSTEMD_LIB)/systemd/system/$$unit || exit 1; \
 		chmod 0644 $(SYSTEMD_LIB)/systemd/system/$$unit; \
@@ -66,13 +70,19 @@ install:
 	install -m 0644 systemd/70-verld.rules $(SYSTEMD_LIB)/udev/rules.d/70-verld.rules
 	install -m 0644 systemd/verld.sysusers $(SYSTEMD_LIB)/sysusers.d/verld.conf
 	install -m 0644 systemd/verld.tmpfiles $(SYSTEMD_LIB)/tmpfiles.d/verld.conf
-	install -m 0644 README.md docs/deploy.md configs/verld.yaml $(DESTDIR)$(PREFIX)/share/doc/verld/
+	install -m 0644 README.md docs/deploy.md configs/verld.yaml configs/mqtt.yaml \
+		$(DESTDIR)$(PREFIX)/share/doc/verld/
 	install -m 0644 systemd/verld.service.d/ports.conf \
 		$(DESTDIR)$(PREFIX)/share/doc/verld/verld.service.d/ports.conf
 	test -e $(DESTDIR)/etc/verld/verld.yaml || \
 		install -m 0644 configs/verld.yaml $(DESTDIR)/etc/verld/verld.yaml
+	test -e $(DESTDIR)/etc/verld/mqtt.yaml || { \
+		install -m 0640 configs/mqtt.yaml $(DESTDIR)/etc/verld/mqtt.yaml && \
+		if [ -z '$(DESTDIR)' ] && getent group verld-mqtt >/dev/null; then \
+			chgrp verld-mqtt /etc/verld/mqtt.yaml; fi; }
 	@test -n '$(DESTDIR)' || echo 'verld installed; now: systemd-sysusers; systemd-tmpfiles --create;' \
-		'udevadm control --reload; systemctl daemon-reload; systemctl enable --now verld.socket'
+		'udevadm control --reload; systemctl daemon-reload; systemctl enable --now verld.socket;' \
+		'for the MQTT bridge: chgrp verld-mqtt /etc/verld/mqtt.yaml; systemctl enable --now verld-mqtt.service'
 
 # `make bench`: tools/bench's full run (direct pty vs socat vs verld, interleaved rounds, 6 to 10
 # minutes); refreshes docs/bench.json, docs/bench.png and the figures in docs/benchmarks.md.

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from yaml.constructor import ConstructorError
@@ -14,6 +14,8 @@ from verld.config.model import Config
 from verld.config.schema import cross_check, root_config
 from verld.config.validate import Context, Item, MarkedMap, MarkedSeq
 from verld.errors import ConfigError
+
+T = TypeVar("T")
 
 # ---------------------------------------------------------------------------
 # Loading: YAML with line numbers and duplicate keys kept
@@ -68,18 +70,35 @@ _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate a config file; ConfigError says everything that is wrong."""
     source = os.fspath(path)
-    try:
-        with open(source, encoding="utf-8") as f:
-            text = f.read()
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text (bad byte at offset {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read the config: {exc.strerror or exc}") from None
-    return parse_config(text, source)
+    return parse_config(read_text(source), source)
 
 
 def parse_config(text: str, source: str = "<string>") -> Config:
     """Validate config text; `source` names it in messages and in `Config.source`."""
+
+    def root(item: Item) -> Config:
+        config = root_config(item)
+        cross_check(config, item.ctx)
+        return config
+
+    return replace(parse_with(text, source, root), source=source)
+
+
+def read_text(source: str) -> str:
+    """A config file's text; ConfigError when it cannot be read or is not UTF-8."""
+    try:
+        with open(source, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (bad byte at offset {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the config: {exc.strerror or exc}") from None
+
+
+def parse_with(text: str, source: str, root: Callable[[Item], T]) -> T:
+    """Another program's config through the same machinery: the marked YAML tree is
+    handed to `root` as an `Item`; every error `root` records on `item.ctx` is raised
+    together as one ConfigError (`file:line: key.path: message` per line)."""
     try:
         tree = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no object tags
     except yaml.YAMLError as exc:
@@ -87,11 +106,9 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     except RecursionError:
         raise ConfigError(f"{source}: YAML error: nested too deeply") from None
     ctx = Context(source)
-    root = Item(ctx, "", tree, None, 1)
-    config = root_config(root)
-    cross_check(config, ctx)
+    result = root(Item(ctx, "", tree, None, 1))
     ctx.raise_if_any()
-    return replace(config, source=source)
+    return result
 
 
 def _yaml_error(source: str, exc: yaml.YAMLError) -> str:

@@ -1,0 +1,264 @@
+"""One verld socket, as the bridge sees it: connection, state, events, calls.
+
+Strategy: `Device.run` is one reconnect loop per verld socket, independent of the
+broker and of the other devices (one verld restarting disturbs no one else). Each
+connection says hello as "verld-mqtt", subscribes to `events` and `link`, fetches
+`status` (so the state is right after every reconnect, not only after the next link
+change), and then follows the event stream; the backoff between failed attempts
+starts at 0.1 s and doubles to 5 s, and resets once a connection is made.
+
+The device never publishes itself: it puts retained state and status, and events,
+into the bridge's `Outbox` (which bounds them while the broker is away).
+
+Calls run concurrently on the current connection (verld's fair queue orders them).
+A call must get its one reply even when the connection dies under it: the client
+library's futures are failed when its reader ends, but a call written after that
+would wait for ever, so each call also waits on the connection's `lost` future and
+answers `link_down` itself. A verld that stops answering `status` within
+`STATUS_TIMEOUT` is treated as gone (a hung daemon looks like a live socket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from verld.client import AsyncClient
+from verld.client.messages import ClientError, Unreachable
+from verld.mqtt.calls import error_reply
+from verld.mqtt.outbox import Outbox
+from verld.mqtt.topics import DeviceState, Topics, event_payload, status_payload
+
+log = structlog.get_logger("verld.mqtt.device")
+
+#: verld's api.client_queue default: more calls at once from one client get `busy`
+MAX_IN_FLIGHT = 256
+#: requests accepted for one device (running or waiting for a slot); beyond: `busy`
+MAX_PENDING = 4096
+STATUS_TIMEOUT = 10.0
+CLIENT_NAME = "verld-mqtt"
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Reconnect delays: `initial`, doubling to `cap`; `reset` after a success."""
+
+    initial: float = 0.1
+    cap: float = 5.0
+    current: float = field(default=0.0)
+
+    def next(self) -> float:
+        self.current = self.initial if self.current == 0 else min(self.current * 2, self.cap)
+        return self.current
+
+    def reset(self) -> None:
+        self.current = 0.0
+
+
+@dataclass(slots=True)
+class _Connection:
+    client: AsyncClient
+    lost: asyncio.Future[None]
+
+
+class Device:
+    """One verld socket; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        socket_path: str,
+        topics: Topics,
+        outbox: Outbox,
+        *,
+        status_interval: float,
+        on_change: Callable[[Device], None] = lambda _device: None,
+    ) -> None:
+        self.name, self.socket_path = name, socket_path
+        self.topics, self.outbox = topics, outbox
+        self.status_interval = status_interval
+        self.on_change = on_change
+        self.state = DeviceState()
+        self.daemon: str | None = None  #: hello's "verld X.Y.Z"
+        self.max_payload: int | None = None
+        self.pending = 0  #: calls accepted and not yet answered
+        self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.verld_dropped = 0  #: events verld dropped for this client (overflow)
+        self._conn: _Connection | None = None
+        self._reason = "not connected yet"
+        self._warned = False
+        self._kick = asyncio.Event()
+
+    @property
+    def reachable(self) -> bool:
+        return self._conn is not None
+
+    # --- the connection loop ---------------------------------------------------------
+    async def run(self) -> None:
+        """Connect, follow, reconnect: until cancelled."""
+        backoff = Backoff()
+        while True:
+            client = AsyncClient(self.socket_path)
+            try:
+                hello, status = await self._open(client)
+            except (ClientError, OSError, ValueError, TimeoutError) as exc:
+                await client.close()
+                self._unreachable(_reason(exc), backoff.next())
+                await asyncio.sleep(backoff.current)
+                continue
+            backoff.reset()
+            await self._follow(client, hello, status)
+            self._unreachable(self._reason, backoff.next())
+            await asyncio.sleep(backoff.current)
+
+    async def _open(self, client: AsyncClient) -> tuple[dict[str, Any], dict[str, Any]]:
+        await client.connect()
+        async with asyncio.timeout(STATUS_TIMEOUT):
+            hello = await client.hello(CLIENT_NAME)
+            await client.subscribe(["events", "link"])
+            status = await client.status()
+        return hello, status
+
+    async def _follow(
+        self, client: AsyncClient, hello: dict[str, Any], status: dict[str, Any]
+    ) -> None:
+        """Serve one connection until verld closes it, or stops answering `status`."""
+        conn = self._conn = _Connection(client, asyncio.get_running_loop().create_future())
+        device = hello.get("device")
+        daemon = hello.get("daemon")
+        self.daemon = daemon if isinstance(daemon, str) else None
+        max_payload = device.get("max_payload") if isinstance(device, dict) else None
+        self.max_payload = max_payload if type(max_payload) is int else None
+        self._reason, self._warned = "verld closed the connection", False
+        log.info("verld_connected", device=self.name, socket=self.socket_path,
+                 daemon=self.daemon, link=_link_state(status))  # fmt: skip
+        self._status(status)
+        self._set(self.state.from_status(status), force=True)
+        reader = asyncio.create_task(self._read(conn))
+        poller = asyncio.create_task(self._poll(conn))
+        try:
+            await asyncio.wait((reader, poller), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._conn = None
+            if not conn.lost.done():
+                conn.lost.set_result(None)  # (calls in flight answer link_down)
+            for task in (reader, poller):
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+                except Exception as exc:  # a bug: logged, and the connection starts over
+                    log.error("device_task_crashed", device=self.name, error=repr(exc),
+                              exc_info=exc)  # fmt: skip
+            await client.close()
+
+    def _unreachable(self, reason: str, retry_in: float) -> None:
+        """Logged once per outage (then at DEBUG); the state says `unreachable`."""
+        fields = {"device": self.name, "reason": reason, "retry_in": retry_in}
+        if not self._warned:
+            self._warned = True
+            log.warning("verld_unreachable", socket=self.socket_path, **fields)
+        else:
+            log.debug("verld_unreachable", **fields)
+        self._set(self.state.unreachable())
+
+    def _set(self, state: DeviceState, *, force: bool = False) -> None:
+        changed = force or state != self.state
+        self.state = state
+        self.outbox.retain(self.topics.state(self.name), state.payload())
+        if changed:
+            self.on_change(self)
+
+    def _status(self, reply: dict[str, Any]) -> None:
+        self.outbox.retain(self.topics.status(self.name), status_payload(reply))
+
+    # --- events and status -----------------------------------------------------------
+    async def _read(self, conn: _Connection) -> None:
+        async for event in conn.client.events():
+            self._on_event(event)
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "device":
+            payload = event_payload(event)
+            if payload is not None:
+                self.outbox.event(self.topics.event(self.name), payload)
+        elif kind == "link":
+            log.info("verld_link", device=self.name, state=event.get("state"),
+                     reason=event.get("reason"), generation=event.get("generation"))  # fmt: skip
+            self._set(self.state.from_link_event(event))
+            if self.status_interval == 0:
+                self._kick.set()  # (a status snapshot on each link change)
+        elif kind == "overflow":
+            dropped = event.get("dropped")
+            self.verld_dropped += dropped if type(dropped) is int else 0
+            log.warning("events_dropped", device=self.name, where="verld", dropped=dropped)
+
+    async def _poll(self, conn: _Connection) -> None:
+        """A status snapshot every status_interval (0: when a link event kicks it);
+        returns when verld does not answer one."""
+        self._kick.clear()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.status_interval or None):
+                    await self._kick.wait()
+            self._kick.clear()
+            if not await self._fetch(conn):
+                return
+
+    async def _fetch(self, conn: _Connection) -> bool:
+        try:
+            async with asyncio.timeout(STATUS_TIMEOUT):
+                reply = await conn.client.status()
+        except (ClientError, OSError, TimeoutError) as exc:
+            self._reason = f"status failed: {_reason(exc)}"
+            return False
+        self._status(reply)
+        self._set(self.state.from_status(reply))
+        return True
+
+    # --- calls -----------------------------------------------------------------------
+    async def call(self, fields: dict[str, Any], size: int) -> dict[str, Any]:
+        """One call's API reply (a dict with `ok`); never raises for verld's sake."""
+        conn = self._conn
+        if conn is None:
+            return error_reply("link_down", f"verld is unreachable ({self._reason})")
+        if self.max_payload is not None and size > self.max_payload:
+            return error_reply("bad_request", f"{size} bytes of data is more than the "
+                               f"device's max_payload ({self.max_payload})")  # fmt: skip
+        request = asyncio.ensure_future(conn.client.request("call", **fields))
+        try:
+            await asyncio.wait((request, conn.lost), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not request.done():
+                request.cancel()
+        if not request.done() or request.cancelled():
+            return error_reply("link_down", "the connection to verld was lost")
+        exc = request.exception()
+        if isinstance(exc, Unreachable):
+            return error_reply("link_down", f"the connection to verld was lost: {exc.message}")
+        if isinstance(exc, ClientError):
+            return exc.reply or error_reply(exc.code, exc.message)
+        if exc is not None:
+            log.error("call_failed", device=self.name, error=repr(exc))
+            return error_reply("link_down", f"verld-mqtt could not run the call: {exc}")
+        return request.result()
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return exc.message if isinstance(exc, Unreachable) else f"{exc.code}: {exc.message}"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {STATUS_TIMEOUT:g} s"
+    return str(exc) or type(exc).__name__
+
+
+def _link_state(status: dict[str, Any]) -> Any:
+    link = status.get("link")
+    return link.get("state") if isinstance(link, dict) else None
