@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from mqttrig import BASE, Broker, Certs, Fleet, Mqtt, topic
 
+from verld.client import Client
 from verld.testing import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -134,3 +135,38 @@ def test_a_wrong_password_is_refused_and_retried_without_a_crash(tmp_path: Path)
         assert bridge.proc is not None and bridge.proc.poll() is None
     finally:
         fleet.stop()
+
+
+def test_events_while_the_broker_is_away_are_dropped_and_counted_not_queued(
+    tmp_path: Path,
+) -> None:
+    """The broker stops; the device emits 20000 events: the bridge keeps a bounded
+    queue (drops counted in its log), its memory does not follow, and after the
+    broker is back the retained state is there again."""
+    broker = Broker(tmp_path)
+    fleet = Fleet(tmp_path, ("dev",), server=broker)
+    try:
+        watch = Mqtt(broker)
+        watch.subscribe(f"{BASE}/#")
+        watch.wait(topic("dev", "state"), lambda m: m.json["state"] == "up")
+        watch.close()
+        broker.stop()
+        assert fleet.bridge is not None and fleet.bridge.proc is not None
+        pid = fleet.bridge.proc.pid
+        with Client(fleet.daemons["dev"].socket) as c:
+            for _ in range(4):
+                assert c.call(b"\x06\x13\x88", timeout=30).status == 0  # 5000 events each
+        wait_for(lambda: "events_dropped" in fleet.bridge.log(), 20, "a drop report")  # type: ignore[union-attr]
+        assert _rss_mib(pid) < 100
+        broker.start()
+        late = Mqtt(broker)
+        late.subscribe(f"{BASE}/#")
+        late.wait(topic("dev", "state"), lambda m: m.json["state"] == "up", timeout=30)
+        late.close()
+    finally:
+        fleet.stop()
+
+
+def _rss_mib(pid: int) -> float:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return int(next(line.split()[1] for line in lines if line.startswith("VmRSS"))) / 1024
