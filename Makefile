@@ -34,6 +34,8 @@ clean:
 # the units' ExecStart= is rewritten to $(PREFIX)/bin/verld), docs and example
 # config under $(PREFIX)/share/doc/verld, and /etc/verld/verld.yaml unless one
 # exists. DESTDIR stages the whole tree for a package. See docs/deploy.md.
+# The man pages (man/, made by `make man`) go to $(PREFIX)/share/man/man1, man5 and man8,
+# uncompressed (man reads them so; Debian's dh_installman compresses them itself).
 # The Modbus TCP sockets (verld-modbus.socket, verld-modbus@.socket) and the MQTT bridge's
 # verld-mqtt.service (ExecStart= rewritten to $(PREFIX)/bin/verld-mqtt) are installed with
 # the units; nothing is enabled. The bridge's config goes to /etc/verld/mqtt.yaml unless
@@ -48,11 +50,21 @@ clean:
 # /etc/systemd/system/verld.service.d/ (docs/deploy.md, "Virtual serial ports under systemd").
 # pip runs with --ignore-installed: it never touches $(PYTHON)'s own environment
 # (a checkout's editable install stays) and puts missing dependencies under PREFIX
-# too; PIPFLAGS=--no-deps leaves them to the distribution.
+# too; PIPFLAGS=--no-deps leaves them to the distribution. That is the default for
+# PREFIX=/usr, the distribution's own tree: its packages provide pyserial, PyYAML,
+# structlog and uvloop (Debian: python3-serial, ...), and without --no-deps pip would put
+# second copies of them, and their own scripts (pyserial-miniterm, pyserial-ports), under
+# /usr. PIPFLAGS= (empty) brings them back.
+# verlctl's shell completion (completion/) goes where bash-completion, zsh and fish look
+# for it: $(PREFIX)/share/bash-completion/completions/verlctl, $(ZSH_COMPLETIONS)/_verlctl
+# and $(PREFIX)/share/fish/vendor_completions.d/verlctl.fish. ZSH_COMPLETIONS is Debian's
+# vendor-completions; other distributions, and Debian's zsh for /usr/local, read
+# $(PREFIX)/share/zsh/site-functions (pass ZSH_COMPLETIONS=... for those).
 PREFIX  ?= /usr/local
 DESTDIR ?=
-PIPFLAGS ?=
+PIPFLAGS ?= $(if $(filter /usr /usr/,$(PREFIX)),--no-deps)
 SYSTEMD_LIB := $(DESTDIR)$(PREFIX)/lib
+ZSH_COMPLETIONS ?= $(PREFIX)/share/zsh/vendor-completions
 
 .PHONY: install
 install:
@@ -74,6 +86,16 @@ install:
 		$(DESTDIR)$(PREFIX)/share/doc/verld/
 	install -m 0644 systemd/verld.service.d/ports.conf \
 		$(DESTDIR)$(PREFIX)/share/doc/verld/verld.service.d/ports.conf
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
+		$(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 0644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 0644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -D -m 0644 completion/verlctl.bash \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/verlctl
+	install -D -m 0644 completion/_verlctl $(DESTDIR)$(ZSH_COMPLETIONS)/_verlctl
+	install -D -m 0644 completion/verlctl.fish \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/verlctl.fish
 	test -e $(DESTDIR)/etc/verld/verld.yaml || \
 		install -m 0644 configs/verld.yaml $(DESTDIR)/etc/verld/verld.yaml
 	test -e $(DESTDIR)/etc/verld/mqtt.yaml || { \
@@ -106,3 +128,31 @@ FUZZ_SECONDS ?= 60
 fuzz: $(STAMP)
 	$(BIN)/python -m pip install -q atheris || echo 'atheris did not install: using the random mutator'
 	$(BIN)/python tools/fuzz/run $(FUZZ_SECONDS)
+
+# `make man`: regenerates man/ (verld.8, verlctl.1, verld-sim.1, verld-mqtt.8, verld.yaml.5)
+# from the programs' argparse parsers, the config schema and docs/config.md (tools/manpages);
+# commit the result. `tools/manpages --check` (run by tests/test_manpages.py) names stale pages.
+.PHONY: man
+man: $(STAMP)
+	$(BIN)/python tools/manpages
+
+# `make deb`: the Debian package, built with Debian 12's own tools (debhelper, dh-python's
+# pybuild; .ci/run lists the apt packages) from a copy of the checkout's files (tracked and
+# new, not ignored) in $(DEB_DIR)/verld, so the work tree stays clean. dpkg-buildpackage
+# writes the .deb beside that copy, in $(DEB_DIR); it is copied to dist/ and checked with
+# lintian (debian/verld.lintian-overrides explains each kept tag). PATH is Debian's own:
+# the build runs /usr/bin/python3 with Debian's packages, not a venv's or pyenv's python.
+# Then: apt install ./dist/verld_$(DEB_VERSION)_all.deb (docs/deploy.md).
+DEB_DIR ?= build/deb
+DEB_VERSION = $(shell dpkg-parsechangelog -l debian/changelog -S Version)
+DEB_PATH := /usr/sbin:/usr/bin:/sbin:/bin
+
+.PHONY: deb
+deb:
+	rm -rf $(DEB_DIR)
+	mkdir -p $(DEB_DIR)/verld dist
+	git ls-files -z --cached --others --exclude-standard \
+		| tar -c --null --ignore-failed-read -T - -f - | tar -x -C $(DEB_DIR)/verld
+	cd $(DEB_DIR)/verld && env PATH=$(DEB_PATH) dpkg-buildpackage -us -uc -b
+	cp $(DEB_DIR)/verld_$(DEB_VERSION)_all.deb dist/
+	env PATH=$(DEB_PATH) lintian --fail-on error,warning dist/verld_$(DEB_VERSION)_all.deb

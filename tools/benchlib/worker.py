@@ -107,7 +107,8 @@ def _loop_runner() -> Callable[[Coroutine[Any, Any, dict[str, Any]]], dict[str, 
         except ImportError:
             pass
         else:
-            return uvloop.run
+            # (not uvloop.run: uvloop 0.17, Debian 12's, has no run)
+            return asyncio.Runner(loop_factory=uvloop.new_event_loop).run
     return asyncio.run
 
 

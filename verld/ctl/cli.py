@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
+from verld import __version__
 from verld.client import Client, ClientError, default_socket
 from verld.config import load_config
 from verld.ctl.codes import USAGE, Usage, exit_code
@@ -146,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
+    p.add_argument("--version", action="version", version=f"verlctl {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, cmd in SPEC.items():
         sp = sub.add_parser(name, parents=[common], help=cmd.help)

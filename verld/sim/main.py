@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from verld import __version__
 from verld.sim.device import Device, LinePersonality, make_personality
 from verld.sim.faults import (
     Counters,
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     faults = p.add_argument_group("faults (see --control for changing them at run time)")
     _add(faults, _fault_options())
     _add(p, _run_options())
+    p.add_argument("--version", action="version", version=f"verld-sim {__version__}")
     return p
 
 
