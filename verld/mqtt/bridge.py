@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
 from typing import Any, TypeVar
 
 import aiomqtt
@@ -164,6 +165,9 @@ class Bridge:
             keepalive=b.keepalive,
             tls_context=self.secrets.tls,
             max_inflight_messages=PUBLISH_WINDOW,
+            # No Nagle: a reply PUBLISH right after a PUBACK would otherwise wait for the
+            # broker's delayed ACK, about 40 ms a call (measured by tools/bench-fleet).
+            socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),),
             **session,
         )
 
