@@ -430,3 +430,24 @@ def test_bridge_proc_is_stopped_cleanly(tmp_path: Path) -> None:
     finally:
         m.close()
         broker.stop()
+
+
+def test_sigterm_while_the_broker_never_answers_the_connect_exits_0(tmp_path: Path) -> None:
+    """A broker address that accepts TCP and says nothing: SIGTERM during the pending
+    connect is a clean stop (exit 0), not a crash."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    broker = type("Silent", (), {"port": silent.getsockname()[1]})()
+    try:
+        bridge = BridgeProc(tmp_path, broker, {})
+        wait_for(lambda: (tmp_path / "verld-mqtt.log").stat().st_size > 0, 10, "a log line")
+        import time
+
+        time.sleep(1.0)
+        assert bridge.stop(signal.SIGTERM) == 0, bridge.log()[-2000:]
+        assert "Traceback" not in bridge.log()
+    finally:
+        silent.close()

@@ -338,13 +338,33 @@ class TestIntake:
     def test_redelivery_after_answer_gets_the_stored_reply(self) -> None:
         """The same Correlation Data within 60 s: the first reply again, not run again."""
         i = intake()
-        run = i.receive("psu", b'{"hex":"01","transaction":1}', 0.0, correlation=b"c")
+        run = i.receive("psu", b'{"hex":"01","transaction":1}', 0.0, response_topic="o/r",
+                        correlation=b"c")  # fmt: skip
         assert isinstance(run, Run)
         first = i.finish(run, OK, 1.0)
         again = i.receive("psu", b'{"hex":"01","transaction":1}', 30.0, response_topic="o/r",
                           correlation=b"c")  # fmt: skip
         assert isinstance(again, Answer) and again.reply == first.reply
         assert again.routes == (Route("o/r", b"c"),) and i.counters.duplicates == 1
+
+    def test_another_request_reusing_a_correlation_data_runs(self) -> None:
+        """Same Correlation Data, another payload (two callers counting from 1): a new
+        request, run, not answered with the other's reply."""
+        i = intake()
+        run = i.receive("psu", b'{"hex":"01aa"}', 0.0, response_topic="o/r", correlation=b"1")
+        assert isinstance(run, Run)
+        i.finish(run, OK, 1.0)
+        other = i.receive("psu", b'{"hex":"01bb"}', 2.0, response_topic="o/r", correlation=b"1")
+        assert isinstance(other, Run) and i.counters.duplicates == 0
+
+    def test_an_empty_correlation_data_is_never_a_redelivery(self) -> None:
+        """A zero-length Correlation Data identifies nothing: both copies run."""
+        i = intake()
+        first = i.receive("psu", b'{"hex":"01"}', 0.0, response_topic="o/r", correlation=b"")
+        assert isinstance(first, Run)
+        i.finish(first, OK, 1.0)
+        again = i.receive("psu", b'{"hex":"01"}', 2.0, response_topic="o/r", correlation=b"")
+        assert isinstance(again, Run)
 
     def test_redelivery_after_60_s_runs_again(self) -> None:
         """After 60 s the correlation data is free again."""
@@ -355,12 +375,12 @@ class TestIntake:
         assert isinstance(i.receive("psu", b'{"hex":"01"}', 61.5, correlation=b"c"), Run)
 
     def test_redelivery_in_flight_joins(self) -> None:
-        """A duplicate of a running request is not run; the reply goes to both topics."""
+        """A duplicate of a running request is not run; each copy gets the reply."""
         i = intake()
         run = i.receive("psu", b'{"hex":"01"}', 0.0, response_topic="a/r", correlation=b"c")
-        dup = i.receive("psu", b'{"hex":"01"}', 0.1, response_topic="b/r", correlation=b"c")
+        dup = i.receive("psu", b'{"hex":"01"}', 0.1, response_topic="a/r", correlation=b"c")
         assert isinstance(run, Run) and isinstance(dup, Joined)
-        assert i.finish(run, OK, 0.2).routes == (Route("a/r", b"c"), Route("b/r", b"c"))
+        assert i.finish(run, OK, 0.2).routes == (Route("a/r", b"c"), Route("a/r", b"c"))
 
     def test_each_copy_in_flight_gets_its_reply(self) -> None:
         """Two copies on the same Response Topic: one run, two replies (one per request)."""
@@ -389,7 +409,7 @@ class TestIntake:
         """At most `size` answered entries are kept, oldest out."""
         cache = ReplyCache(size=3)
         for n in range(5):
-            cache.store(("d", bytes([n])), b"r", float(n))
+            cache.store(("d", bytes([n]), None, b""), b"r", float(n))
         assert [k[1] for k in cache.answered] == [b"\x02", b"\x03", b"\x04"]
 
 

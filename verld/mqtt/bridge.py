@@ -46,6 +46,8 @@ PUBLISH_WINDOW = 20
 #: seconds calls in flight may take to finish at a clean stop
 DRAIN = 2.0
 DROP_REPORT_SECONDS = 5.0
+#: seconds a broker session must last before the reconnect backoff starts over
+STEADY = 10.0
 #: seconds to wait for a publish's acknowledgement at stop
 GOODBYE_TIMEOUT = 2.0
 
@@ -124,11 +126,12 @@ class Bridge:
     async def _broker_loop(self) -> None:
         backoff = Backoff(initial=0.5, cap=30.0)
         while not self.stopping.is_set():
+            since: float | None = None
             client = self._client()
             try:
                 if not await self._connect(client):
                     return
-                backoff.reset()
+                since = self._loop.time()
                 try:
                     await self._session(client)
                 finally:
@@ -139,6 +142,9 @@ class Bridge:
                 reason = "the session ended"
             except aiomqtt.MqttError as exc:
                 reason = _why(exc)
+            if since is not None and self._loop.time() - since >= STEADY:
+                backoff.reset()  # (a session that ends at once, e.g. kicked by a bridge
+                # with the same client id, keeps backing off instead of flapping)
             delay = backoff.next() * random.uniform(0.5, 1.0)  # (jitter)
             self._lost(reason, delay, first=backoff.current == backoff.initial)
             with contextlib.suppress(TimeoutError):
@@ -181,7 +187,10 @@ class Bridge:
             stop.cancel()
             if not connecting.done():
                 connecting.cancel()
-        if connecting.cancelled():
+                # (a cancelled attempt must end before its result is asked for)
+                with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
+                    await connecting
+        if connecting.cancelled() or self.stopping.is_set():
             return False
         connecting.result()  # (raises MqttError when the attempt failed)
         return True

@@ -23,6 +23,7 @@ here touches a socket or a clock, so every rule is a unit test:
 from __future__ import annotations
 
 import binascii
+import hashlib
 import math
 from collections import OrderedDict
 from collections.abc import Collection
@@ -203,7 +204,10 @@ class Route:
     correlation: bytes | None = None
 
 
-Key = tuple[str, bytes]  #: (device, correlation data)
+#: (device, correlation data, response topic, a digest of the request): a QoS 1
+#: redelivery repeats all four; another request that reuses a correlation data (two
+#: callers counting from 1, say) is a new request and runs
+Key = tuple[str, bytes, str | None, bytes]
 
 
 class ReplyCache:
@@ -328,7 +332,10 @@ class Intake:
         refusal = None if response_topic is None else self.topics.refusal(response_topic)
         topic = response_topic if response_topic is not None and refusal is None else None
         route = Route(topic or self.topics.response(device), correlation)
-        key = (device, correlation) if correlation is not None else None
+        key = None
+        if correlation:  # (an empty Correlation Data identifies nothing)
+            digest = hashlib.blake2b(payload, digest_size=16).digest()
+            key = (device, correlation, response_topic, digest)
         if key is not None:
             stored = self.cache.replay(key, now)
             if stored is not None:

@@ -128,7 +128,7 @@ class DeviceState:
             return self
         return replace(
             self,
-            state=_text(link.get("state"), self.state),
+            state=_link_state(_text(link.get("state"), self.state)),
             generation=_integer(link.get("generation"), self.generation),
             port=_text(link.get("port"), self.port),
             codec=_text(link.get("codec"), self.codec),
@@ -138,12 +138,18 @@ class DeviceState:
         """The state after a `link` event."""
         return replace(
             self,
-            state=_text(event.get("state"), self.state),
+            state=_link_state(_text(event.get("state"), self.state)),
             generation=_integer(event.get("generation"), self.generation),
         )
 
     def unreachable(self) -> DeviceState:
         return replace(self, state=UNREACHABLE)
+
+
+def _link_state(state: Any) -> Any:
+    """verld's link state as published: `closed` (verld is shutting down) is `down`,
+    so the state is always up, down, connecting, inhibited or unreachable."""
+    return "down" if state == "closed" else state
 
 
 def _text(value: Any, default: str | None) -> Any:
