@@ -60,7 +60,7 @@ class Program:
 
     def answers(self, decoders: dict[str, object]) -> list[object]:
         """Answers read so far (one read with the port's short timeout)."""
-        data = self.port.read(65536)
+        data = self.port.read(self.port.in_waiting or 1)  # (not 64 KiB: that waits the timeout)
         codec = self.args.codec
         if codec == "line":
             self.buf += data
