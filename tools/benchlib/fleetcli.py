@@ -26,6 +26,7 @@ from typing import Any
 
 import verld
 from benchlib import fleetecho, fleetreport, fleetworker
+from benchlib.cli import _loadavg, _refresh_markdown, _say
 from benchlib.fleetprocs import pythonpath
 from benchlib.fleetrunner import FleetRunner
 from benchlib.procs import BenchError, Procs
@@ -155,38 +156,13 @@ def _run(
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
         _say(f"bench-fleet: results in {args.json}")
     if args.markdown:
-        _refresh_markdown(Path(args.markdown), fleetreport.markdown(summary, meta))
+        _refresh_markdown(Path(args.markdown), fleetreport.markdown(summary, meta), BEGIN, END)
         _say(f"bench-fleet: figures refreshed in {args.markdown}")
     for warning in warnings:
         print(f"bench-fleet: warning: {warning}", file=sys.stderr)
     for error in errors:
         print(f"bench-fleet: ERROR: {error}", file=sys.stderr)
     return 0 if not errors else 1
-
-
-def _refresh_markdown(path: Path, section: str) -> None:
-    """Replace what lies between the fleet markers (append them if missing)."""
-    text = path.read_text() if path.exists() else "# verld benchmarks\n"
-    block = f"{BEGIN}\n{section}\n{END}"
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
-
-
-def _loadavg() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
 
 
 def _machine() -> dict[str, Any]:
