@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from checkout import copy_checkout
 from support import stop_process, wait_for
 
 import verld
@@ -74,25 +75,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def copy_checkout(dest: Path) -> Path:
-    """The checkout's files, tracked and new but not ignored (what `make deb` copies), in
-    `dest`; a tracked file deleted in the work tree is left out."""
-    required(shutil.which("git") is not None and (REPO / ".git").exists(), "not a git checkout")
-    names = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    for name in filter(None, names.split("\0")):
-        src = REPO / name
-        if not src.exists() and not src.is_symlink():
-            continue
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dest / name, follow_symlinks=False)
-    return dest
-
-
 def run(
     argv: list[str],
     *,
@@ -129,7 +111,7 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for tool in ("dpkg-buildpackage", "dpkg-checkbuilddeps", "dh", "lintian"):
         required(shutil.which(tool, path=DEB_PATH) is not None, f"{tool} is not installed")
     top = tmp_path_factory.mktemp("deb")
-    src = copy_checkout(top / "verld")
+    src = copy_checkout(top / "verld", required)
     deps = subprocess.run(
         ["dpkg-checkbuilddeps"],
         cwd=src,
@@ -508,7 +490,7 @@ def test_packaged_daemon_serves_the_simulated_device(root: Path, tmp_path: Path)
 def staged(tmp_path: Path) -> Iterator[Path]:
     """`make install DESTDIR=stage PREFIX=/usr` from a copy of the checkout; the stage."""
     required(shutil.which("make") is not None, "make is not installed")
-    src = copy_checkout(tmp_path / "src")
+    src = copy_checkout(tmp_path / "src", required)
     stage = tmp_path / "stage"
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     run(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -21,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from checkout import copy_checkout
 
 import verld
 
@@ -40,25 +40,6 @@ def required(ok: bool, why: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{why}, and CI=true: `make test` installs the test extra")
     pytest.skip(why)
-
-
-def copy_checkout(dest: Path) -> Path:
-    """The checkout's files, tracked and new but not ignored, in `dest`; a tracked file
-    deleted in the work tree is left out."""
-    required(shutil.which("git") is not None and (REPO / ".git").exists(), "not a git checkout")
-    names = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    for name in filter(None, names.split("\0")):
-        src = REPO / name
-        if not src.exists() and not src.is_symlink():
-            continue
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dest / name, follow_symlinks=False)
-    return dest
 
 
 def run(argv: list[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -83,7 +64,7 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     for module in ("build", "twine"):
         required(have(module), f"{module} is not installed")
     top = tmp_path_factory.mktemp("dists")
-    src = copy_checkout(top / "src")
+    src = copy_checkout(top / "src", required)
     out = top / "dist"
     run([sys.executable, "-m", "build", "--outdir", str(out), str(src)])
     (sdist,) = out.glob("*.tar.gz")
