@@ -230,3 +230,33 @@ class TestLineCodec:
         pieces = LineCodec(MAX, **options)
         assert session(pieces, data, cuts) == session(whole, data, [])
         assert pieces.bad_frames == whole.bad_frames
+
+
+class TestOneLinePerCall:
+    def test_requests_with_a_terminator_inside_are_refused(self) -> None:
+        """A terminator anywhere but at the end, or a lone CR with `\\n`, is refused."""
+        codec = LineCodec(MAX)
+        for payload in (b"A\nB", b"A\n\n", b"\nA", b"A\rB", b"\r\rX\n", b"A\r\r\n"):
+            assert codec.refuse(payload) is not None, payload
+
+    def test_one_line_requests_pass(self) -> None:
+        """One line, with or without its terminator or a CR before it, is one call."""
+        codec = LineCodec(MAX)
+        for payload in (b"", b"A", b"A\n", b"A\r\n", b"A\r", b"\n", b"\r\n"):
+            assert codec.refuse(payload) is None, payload
+
+    def test_other_terminators_keep_cr(self) -> None:
+        """With a terminator other than `\\n`, a CR is an ordinary byte; the terminator
+        inside is refused."""
+        codec = LineCodec(MAX, terminator="\r")
+        assert codec.refuse(b"A\nB\r") is None
+        assert codec.refuse(b"A\rB") is not None
+
+    @given(st.binary(max_size=40))
+    @settings(max_examples=300)
+    def test_refused_exactly_when_the_device_would_see_two_lines(self, payload: bytes) -> None:
+        """Refused iff the device's splitter finds more than one line in what is sent."""
+        codec = LineCodec(1000)
+        lines = LineSplitter(b"\n", 1000).feed(codec.encode_request(0, payload))
+        two = len(lines) > 1 or any(b"\r" in line for line in lines)
+        assert (codec.refuse(payload) is not None) is two

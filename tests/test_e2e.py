@@ -298,19 +298,22 @@ class TestOtherCodecs:
             d.stop()
             sim.stop()
 
-    def test_length_over_tcp_reconnects_after_a_timeout(self, tmp_path: Path) -> None:
-        """length on TCP: a timed-out try drops the connection, so its late reply goes nowhere."""
+    def test_length_over_tcp_guards_after_a_timeout(self, tmp_path: Path) -> None:
+        """length on TCP: a timed-out try waits out the quiet guard, which swallows its
+        late reply; the connection stays (no reconnect, same generation)."""
         sim = SimProc(tmp_path, "--tcp", "0", codec="length")
         try:
             target = sim.ready.split()[1]
-            d = DaemonProc(write_config(tmp_path, target, {"device": {"codec": "length"}}))
+            device = {"codec": "length", "guard": 0.5}
+            d = DaemonProc(write_config(tmp_path, target, {"device": device}))
             try:
                 c = d.client()
                 with pytest.raises(ClientError) as info:
                     c.call(b"\x03" + struct.pack(">H", 400) + b"late", timeout=0.2, retry=0)
                 assert info.value.code == "timeout"
-                d.wait_state("up", min_generation=2)
-                assert c.call(b"\x01mine", wait=True).data == b"mine"
+                mine = c.call(b"\x01mine", wait=True)
+                assert (mine.data, mine.generation) == (b"mine", 1)
+                assert d.status()["counters"]["reconnects"] == 0
                 retried = c.call(b"\x03" + struct.pack(">H", 50) + b"ok", timeout=2, retry=2)
                 assert retried.data == b"ok"
             finally:

@@ -107,26 +107,28 @@ class TestHeartbeat:
         assert link.ping_due_at() is None
 
     def test_failed_ping_makes_the_next_due_at_once(self) -> None:
-        """After a timeout the next ping follows immediately."""
+        """After a ping times out the next ping follows immediately."""
         link = make(interval=2.0)
         link.attempt(0.0)
         link.opened(0.0)
         link.activity(3.0)
-        link.timeout()
+        link.timed_out(3.5, seqs=True, ping=True, spent=False, probes=True)
         due = link.ping_due_at()
         assert due is not None and due <= 3.0
 
-    def test_misses_in_a_row_declare_the_link_dead(self) -> None:
-        """`misses` timeouts in a row (pings or calls) mean dead; a reply resets the count."""
+    def test_misses_pings_in_a_row_declare_the_link_dead(self) -> None:
+        """`misses` unanswered pings in a row mean dead; a reply resets the count."""
         link = make(misses=3)
         link.attempt(0.0)
         link.opened(0.0)
-        assert not link.timeout()
-        assert not link.timeout()
-        link.reply(1.0)
-        assert not link.timeout()
-        assert not link.timeout()
-        assert link.timeout()
+        ping = {"seqs": True, "ping": True, "spent": False, "probes": True}
+        assert link.timed_out(1.0, **ping)[0] is AfterTimeout.RESEND
+        assert link.timed_out(2.0, **ping)[0] is AfterTimeout.RESEND
+        link.reply(2.5)
+        assert link.timed_out(3.0, **ping)[0] is AfterTimeout.RESEND
+        assert link.timed_out(4.0, **ping)[0] is AfterTimeout.RESEND
+        assert link.timed_out(5.0, **ping)[0] is AfterTimeout.DEAD
+        assert link.dead_reason() == "device not answering (3 pings in a row)"
 
 
 class TestTimeoutPolicy:
@@ -137,38 +139,72 @@ class TestTimeoutPolicy:
         return link
 
     def test_with_seqs_a_timeout_is_resent(self) -> None:
-        """With seqs a timed-out try is resent at once: no guard."""
+        """With seqs a timed-out try is resent at once: no guard, no probe."""
         link = self.up()
-        assert link.timed_out(1.0, seqs=True, tcp=False) is AfterTimeout.RESEND
+        after = link.timed_out(1.0, seqs=True, ping=False, spent=False, probes=True)
+        assert after == (AfterTimeout.RESEND, False)
         assert link.guard_until is None
 
     def test_serial_without_seqs_starts_the_quiet_guard(self) -> None:
-        """Without seqs on a serial line the guard runs for `guard` s from the timeout."""
+        """Without seqs the guard runs for `guard` s from the timeout."""
         link = self.up()
-        assert link.timed_out(1.0, seqs=False, tcp=False) is AfterTimeout.GUARD
+        after = link.timed_out(1.0, seqs=False, ping=False, spent=False, probes=True)
+        assert after == (AfterTimeout.GUARD, False)
         assert link.guard_until == 1.1
 
-    def test_tcp_without_seqs_reconnects(self) -> None:
-        """Without seqs on tcp the connection is dropped so a late reply goes nowhere."""
-        assert self.up().timed_out(1.0, seqs=False, tcp=True) is AfterTimeout.RECONNECT
-
-    def test_misses_in_a_row_are_a_dead_link(self) -> None:
-        """The `misses`-th timeout in a row is DEAD, whatever the codec."""
+    def test_call_timeouts_never_make_the_link_dead_where_a_ping_can_tell(self) -> None:
+        """Calls whose every try timed out ask for a probe ping; any number of them is
+        not a dead link."""
         link = self.up(misses=2)
-        link.timed_out(1.0, seqs=True, tcp=False)
-        assert link.timed_out(2.0, seqs=True, tcp=False) is AfterTimeout.DEAD
+        for n in range(10):
+            after = link.timed_out(float(n), seqs=False, ping=False, spent=True, probes=True)
+            assert after == (AfterTimeout.GUARD, True)
+
+    def test_a_failed_ping_asks_for_the_next_at_once(self) -> None:
+        """An unanswered ping short of `misses` asks for another probe."""
+        link = self.up(misses=2)
+        assert link.timed_out(1.0, seqs=True, ping=True, spent=False, probes=True) == (
+            AfterTimeout.RESEND, True)  # fmt: skip
+        assert link.timed_out(2.0, seqs=True, ping=True, spent=False, probes=True) == (
+            AfterTimeout.DEAD, False)  # fmt: skip
+
+    def test_without_a_ping_silent_calls_make_the_link_dead(self) -> None:
+        """No ping: `misses` spent calls in a row with no byte from the device are dead."""
+        link = self.up(misses=3)
+        spent = {"seqs": False, "ping": False, "spent": True, "probes": False}
+        assert link.timed_out(1.0, **spent)[0] is AfterTimeout.GUARD
+        assert link.timed_out(2.0, **spent)[0] is AfterTimeout.GUARD
+        assert link.timed_out(3.0, **spent)[0] is AfterTimeout.DEAD
+        assert "3 calls in a row" in link.dead_reason()
+
+    def test_without_a_ping_a_byte_from_the_device_keeps_the_link(self) -> None:
+        """No ping: bytes from the device between silent calls start the count over."""
+        link = self.up(misses=2)
+        spent = {"seqs": False, "ping": False, "spent": True, "probes": False}
+        for n in range(6):
+            assert link.timed_out(float(n), **spent)[0] is AfterTimeout.GUARD
+            link.noise(n + 0.5)  # the device talks (an event, garbage)
+            link.guard_over(n + 0.9)
+
+    def test_tries_with_retries_left_never_count(self) -> None:
+        """A try that will be retried is neither a miss nor a silent call."""
+        link = self.up(misses=1)
+        for n in range(5):
+            after = link.timed_out(float(n), seqs=False, ping=False, spent=False, probes=False)
+            assert after == (AfterTimeout.GUARD, False)
 
     def test_a_handshake_timeout_only_fails(self) -> None:
         """While connecting, a timed-out (handshake) ping just fails the attempt."""
         link = make()
         link.attempt(0.0)
-        assert link.timed_out(1.0, seqs=False, tcp=False) is AfterTimeout.FAIL
+        after = link.timed_out(1.0, seqs=False, ping=True, spent=False, probes=True)
+        assert after == (AfterTimeout.FAIL, False)
         assert link.guard_until is None
 
     def test_noise_during_the_guard_restarts_it(self) -> None:
         """Bytes during the guard are discarded and push its end `guard` s out."""
         link = self.up()
-        link.timed_out(1.0, seqs=False, tcp=False)
+        link.timed_out(1.0, seqs=False, ping=False, spent=False, probes=True)
         assert link.noise(1.5) and link.guard_until == 1.6
         assert not link.guard_over(1.55)
         assert link.guard_over(1.6)
@@ -178,6 +214,6 @@ class TestTimeoutPolicy:
     def test_losing_the_link_ends_the_guard(self) -> None:
         """A lost link has no guard left running."""
         link = self.up()
-        link.timed_out(1.0, seqs=False, tcp=False)
+        link.timed_out(1.0, seqs=False, ping=False, spent=False, probes=True)
         link.lost(1.01, "EIO")
         assert link.guard_until is None

@@ -138,7 +138,7 @@ class TestWithoutAnEventLoop:
         rig.clock.advance(3 * 0.5)
         assert rig.session.link.state is LinkState.DOWN
         assert rig.lost == 1 and rig.wire.closed
-        assert rig.transitions[-1].reason == "device not answering (3 timeouts in a row)"
+        assert rig.transitions[-1].reason == "device not answering (3 pings in a row)"
 
     def test_losing_the_link_leaves_no_timer_behind(self) -> None:
         """After a hang-up with calls on the link, no timer of the session is still set."""

@@ -118,6 +118,7 @@ class FakeDevice:
         self.drop = 0.0
         self.duplicate = 0.0
         self.early_event: bytes | None = None  #: sent before the reply to the next ping
+        self.ignore: bytes | None = None  #: requests starting so are never answered
         self.requests: list[tuple[float, bytes]] = []
         self.opens: list[float] = []
         self.transport: FakeTransport | None = None
@@ -134,6 +135,8 @@ class FakeDevice:
     def on_request(self, transport: FakeTransport, seq: int, payload: bytes) -> None:
         self.requests.append((self.loop.time(), payload))
         if self.hung or (self.drop and self.rng.random() < self.drop):
+            return
+        if self.ignore is not None and payload and payload.startswith(self.ignore):
             return
         if self.early_event is not None and not payload:
             transport.deliver(encode_frame(EVENT, 0, self.early_event))
@@ -289,8 +292,9 @@ class TestHeartbeat:
 
         run_virtual(main)
 
-    def test_misses_call_timeouts_in_a_row_are_a_dead_link(self) -> None:
-        """With the ping off, `misses` call timeouts in a row declare the link dead, not fewer."""
+    def test_misses_silent_calls_in_a_row_are_a_dead_link(self) -> None:
+        """With the ping off, `misses` calls in a row timed out with no byte back declare
+        the link dead, not fewer."""
 
         async def main() -> None:
             h = harness(CONFIG.replace("interval: 2.0", "interval: 0"))
@@ -302,7 +306,49 @@ class TestHeartbeat:
                 await h.until(answered(results))
                 assert results[0].error == "timeout"
                 assert h.state_is(LinkState.UP) is (n < 3)
-            assert "3 timeouts in a row" in h.session.link.reason
+            assert "3 calls in a row timed out" in h.session.link.reason
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_a_request_the_device_ignores_never_drops_the_link(self) -> None:
+        """Calls the device never answers, every try timed out, leave the link up: each
+        is followed by a probe ping, which the device answers."""
+
+        async def main() -> None:
+            h = harness(ignore=b"\x09")
+            h.start()
+            await h.up()
+            for _ in range(10):
+                pings = len(h.device.pings())
+                results = h.call(b"\x09set", timeout=0.5, retry=3)
+                await h.until(answered(results))
+                assert results[0].error == "timeout"
+                await h.until(lambda n=pings: len(h.device.pings()) > n)  # type: ignore[misc]
+            good = h.call(b"\x01mine")
+            await h.until(answered(good))
+            assert good[0].data == b"mine" and h.state_is(LinkState.UP, 1)
+            assert h.states().count("down") == 0
+            await h.stop()
+
+        run_virtual(main)
+
+    def test_a_device_hung_under_load_is_dead_misses_pings_after_the_last_try(self) -> None:
+        """A call whose tries all time out sends a probe ping at once; `misses` unanswered
+        probes later (× heartbeat.timeout) the link is down."""
+
+        async def main() -> None:
+            h = harness()
+            h.start()
+            await h.up()
+            h.device.hung = True
+            results = h.call(b"\x01x", timeout=0.5, retry=1)
+            t0 = h.loop.time()
+            await h.until(lambda: h.state_is(LinkState.DOWN))
+            assert results[0].error == "timeout"
+            last_try_out = t0 + 2 * 0.5
+            assert h.down_times()[-1] == pytest.approx(last_try_out + 3 * 1.0, abs=1e-6)
+            assert "3 pings in a row" in h.session.link.reason
             await h.stop()
 
         run_virtual(main)

@@ -112,17 +112,20 @@ class _Owners:
         call.queued = True
 
     def ready(self, excl: Hashable | None) -> bool:
-        return bool(self.ring) if excl is None else excl in self.queues
+        if excl is None:
+            return bool(self.ring)
+        return excl in self.queues or None in self.queues
 
     def take(self, excl: Hashable | None) -> Call | None:
-        """The next owner's next call (only `excl`'s, when given), or None."""
+        """The next owner's next call (only `excl`'s, when given, and verld's own
+        pings, owner None), or None."""
         ring, queues = self.ring, self.queues
         if excl is None:
             if not ring:
                 return None
             owner = ring.popleft()
-        elif excl in queues:
-            owner = excl
+        elif None in queues or excl in queues:
+            owner = None if None in queues else excl
             ring.remove(owner)
         else:
             return None

@@ -45,10 +45,9 @@ class AfterTimeout(enum.Enum):
     """What a try that ran out calls for (besides failing or retrying the call)."""
 
     FAIL = "fail"  #: the handshake ping: the connect attempt fails, nothing more
-    DEAD = "dead"  #: `misses` timeouts in a row: the link is dead, reopen it
+    DEAD = "dead"  #: the device is not answering: the link is dead, reopen it
     RESEND = "resend"  #: with seqs: a retry goes out at once with the same seq
-    RECONNECT = "reconnect"  #: tcp without seqs: a late reply must go to a closed socket
-    GUARD = "guard"  #: serial without seqs: discard input until quiet for `guard` s
+    GUARD = "guard"  #: without seqs (serial or tcp): discard input until quiet for `guard` s
 
 
 # Which events each state accepts; anything else is a programming error.
@@ -87,7 +86,11 @@ class Link:
         self.since = 0.0
         self._delay = initial
         self.next_attempt = 0.0
+        #: heartbeat pings unanswered in a row (`misses` of them: dead)
         self.consecutive_timeouts = 0
+        #: calls in a row whose every try timed out while no ping could tell (no ping)
+        self.silent_calls = 0
+        self._heard = False  #: bytes came from the device since the first silent call
         self.last_activity = 0.0
         self.reconnects = 0
         #: while not None: input is discarded until the line is quiet up to this time
@@ -126,7 +129,7 @@ class Link:
         self._check("opened")
         self.generation += 1
         self._delay = self.initial
-        self.consecutive_timeouts = 0
+        self.consecutive_timeouts = self.silent_calls = 0
         self.last_activity = now
         if self.generation > 1:
             self.reconnects += 1
@@ -169,38 +172,62 @@ class Link:
         self.last_activity = now
 
     def reply(self, now: float) -> None:
-        """The device answered something: the miss count resets."""
-        self.consecutive_timeouts = 0
+        """The device answered something: the miss counts reset."""
+        self.consecutive_timeouts = self.silent_calls = 0
         self.last_activity = now
 
-    def timeout(self) -> bool:
-        """A ping or a call try timed out; True when that makes the link dead."""
-        self.consecutive_timeouts += 1
-        return self.consecutive_timeouts >= self.misses
+    def timed_out(
+        self, now: float, *, seqs: bool, ping: bool, spent: bool, probes: bool
+    ) -> tuple[AfterTimeout, bool]:
+        """A try ran out: the policy for what follows (the caller fails or retries it),
+        and whether a probe ping should go next, ahead of queued calls.
 
-    def timed_out(self, now: float, *, seqs: bool, tcp: bool, counts: bool = True) -> AfterTimeout:
-        """A try ran out: the policy for what follows (the caller fails or retries it).
-
-        Without seqs a late reply would pass for the next call's, so the line must be
-        quiet first (serial: the guard) or the connection gone (tcp). A timeout that
-        does not `count` (a Modbus call: its unit is silent, not the port) never makes
-        the link dead.
+        One client's unanswered request must not drop the link for everyone: only
+        unanswered pings count toward `misses`. A call whose tries are all `spent`
+        asks for a probe ping instead; where there is none (`probes` false: no ping on
+        this codec, or the heartbeat off) such calls count, but only while not a byte
+        comes from the device. Calls that must never count (a Modbus call: its unit is
+        silent, not the port) are neither `ping` nor `spent`. Without seqs a late reply
+        would pass for the next call's, so the line must be quiet first (the guard),
+        on tcp too: reopening it would fail every other client's calls.
         """
-        dead = self.timeout() if counts else False
         if self.state is LinkState.CONNECTING:
-            return AfterTimeout.FAIL
+            return AfterTimeout.FAIL, False
+        dead = probe = False
+        if ping:
+            self.consecutive_timeouts += 1
+            dead = self.consecutive_timeouts >= self.misses
+            probe = probes and not dead  # after a failed ping the next follows at once
+        elif spent:
+            if probes:
+                probe = True
+            else:
+                dead = self._silent_call()
         if dead:
-            return AfterTimeout.DEAD
+            return AfterTimeout.DEAD, False
         if seqs:
-            return AfterTimeout.RESEND
-        if tcp:
-            return AfterTimeout.RECONNECT
+            return AfterTimeout.RESEND, probe
         self.guard_until = now + self.guard
-        return AfterTimeout.GUARD
+        return AfterTimeout.GUARD, probe
+
+    def _silent_call(self) -> bool:
+        """One more call without an answer and no ping to ask; True: the link is dead."""
+        if self._heard or not self.silent_calls:  # a new run starts with this call
+            self.silent_calls, self._heard = 0, False
+        self.silent_calls += 1
+        return self.silent_calls >= self.misses
+
+    def dead_reason(self) -> str:
+        """Why the last `timed_out` declared the link dead."""
+        if self.consecutive_timeouts >= self.misses:
+            return f"device not answering ({self.consecutive_timeouts} pings in a row)"
+        return (f"device not answering ({self.silent_calls} calls in a row timed out "
+                "with no byte from the device)")  # fmt: skip
 
     # --- the quiet guard after a timeout (codecs without seqs) ---------------------
     def noise(self, now: float) -> bool:
         """Bytes came in; True when they are to be discarded (the guard runs, and restarts)."""
+        self._heard = True
         if self.guard_until is None:
             return False
         self.guard_until = now + self.guard

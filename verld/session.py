@@ -30,6 +30,7 @@ from verld.alarm import Clock
 from verld.bus import Bus, exception_message
 from verld.calls import Call, CallResult, FairQueue, LaneQueue
 from verld.codec.base import Inbound, Kind, LinkCodec
+from verld.codec.line import LineCodec
 from verld.codec.modbus import ModbusRtuCodec
 from verld.codec.select import ping_payload
 from verld.config import MODBUS_CODECS, Config, tcp_target
@@ -90,6 +91,8 @@ class Session:
         loop = isinstance(clock, asyncio.AbstractEventLoop)
         self.precise: Callable[[], float] = time.monotonic if loop else clock.time
         self.rtu_codec: ModbusRtuCodec | None = None  #: the codec, when it is modbus-rtu
+        #: line: why a request cannot be one call (one line per call), else None
+        self._screen: Callable[[bytes], str | None] | None = None
         self.queue: FairQueue = FairQueue(cfg.api.queue_limit, cfg.api.client_queue)
         self._set_bus()
         self._transport: LinkTransport | None = None
@@ -141,6 +144,7 @@ class Session:
         self._gap = self.bus.gap if self.bus is not None else 0.0
         codec = self.codec
         self.rtu_codec = codec if isinstance(codec, ModbusRtuCodec) else None
+        self._screen = codec.refuse if isinstance(codec, LineCodec) else None
         old = self.queue
         if isinstance(old, LaneQueue) is modbus:
             if isinstance(old, LaneQueue) and self.bus is not None:
@@ -174,7 +178,8 @@ class Session:
                       bytes=len(call.payload))  # fmt: skip
         queue, link = self.queue, self.link
         if (self.closing or self.inhibited_by is not None or link.state is not _UP
-                or queue.exclusive is not None or self.bus is not None):  # fmt: skip
+                or queue.exclusive is not None or self.bus is not None
+                or self._screen is not None):  # fmt: skip
             refused = self._refusal(call)  # the rarer cases, one by one
         else:
             full = queue.admit(call)
@@ -211,6 +216,10 @@ class Session:
         bus = self.bus
         if bus is not None:
             reason = bus.check(call)
+            if reason is not None:
+                return ErrorCode.BAD_REQUEST, reason
+        elif self._screen is not None:
+            reason = self._screen(call.payload)
             if reason is not None:
                 return ErrorCode.BAD_REQUEST, reason
         if self.inhibited_by is not None and not call.wait:

@@ -8,7 +8,9 @@ wait timers of calls that asked to wait) and acts when one rings:
   dead link) is the link state machine's policy (`Link.timed_out`);
 - the **guard** (codecs without seqs, serial) rings once the line has been quiet
   for `device.guard`, then sends the held retry or the next calls;
-- the **heartbeat** pings an idle link `heartbeat.interval` after its last traffic;
+- the **heartbeat** pings an idle link `heartbeat.interval` after its last traffic,
+  and a **probe** ping goes ahead of the queue after a call whose tries all ran out
+  or a ping that did: only unanswered pings count toward `heartbeat.misses`;
 - a **waiting call** (`wait: true`) fails after its timeout if it is still queued.
 It acts only through the session's public surface (`finish`, `resend`, `send`,
 `pump`, `lose`) and reads the session's link, window and queue.
@@ -86,37 +88,49 @@ class Timekeeper:
         if bus is not None and not call.is_ping:
             bus.try_timed_out(call)
             s.queue.cut_turn(call.unit)
-        # Modbus: a call's timeout is its unit's silence, not the port's: only pings
-        # count toward `heartbeat.misses`, and a tcp link is never dropped for one.
-        after = s.link.timed_out(self.clock.time(), seqs=s.codec.pipelined,
-                                 tcp=s.tcp and bus is None,
-                                 counts=bus is None or call.is_ping)  # fmt: skip
         retry = call.tries <= call.retry and not call.is_ping
+        # Modbus: a call's timeout is its unit's silence, not the port's: it never
+        # counts, and no probe follows it (the heartbeat pings take their unit's turn).
+        after, probe = s.link.timed_out(
+            self.clock.time(), seqs=s.codec.pipelined, ping=call.is_ping,
+            spent=not retry and not call.is_ping and bus is None,
+            probes=bus is None and self.probes())  # fmt: skip
         if not retry or after is AfterTimeout.FAIL or after is AfterTimeout.DEAD:
             tries = f" ({call.tries} tries)" if call.tries > 1 else ""
             s.finish(call, ErrorCode.TIMEOUT, f"no answer within {call.timeout:g} s{tries}")
         if after is AfterTimeout.DEAD:
-            s.lose(f"device not answering ({s.link.consecutive_timeouts} timeouts in a row)")
-        elif after is AfterTimeout.RECONNECT:
-            if retry:  # at the head of the queue, waiting for the next connection
-                s.counters.retries += 1
-                call.wait = True
-                s.queue.push(call, front=True)
-            s.lose("no answer on a tcp link without seqs: reconnecting")
-        elif after is not AfterTimeout.FAIL:
-            if retry and bus is not None:
-                # to the back of its unit's turn: other units' calls go first
-                s.counters.retries += 1
-                s.queue.push(call, front=True)
-            elif after is AfterTimeout.RESEND and retry:
-                s.resend(call)
-            if after is AfterTimeout.GUARD:
-                self._held = call if retry and bus is None else None
-                self._guard.set(s.link.guard_until or 0.0)
-            if call.is_ping:
-                self.arm_heartbeat()
-            if not retry or bus is not None:
-                s.pump()
+            s.lose(s.link.dead_reason())
+            return
+        if after is AfterTimeout.FAIL:
+            return
+        if probe:
+            self.probe()
+        if retry and bus is not None:
+            # to the back of its unit's turn: other units' calls go first
+            s.counters.retries += 1
+            s.queue.push(call, front=True)
+        elif after is AfterTimeout.RESEND and retry:
+            s.resend(call)
+        if after is AfterTimeout.GUARD:
+            self._held = call if retry and bus is None else None
+            self._guard.set(s.link.guard_until or 0.0)
+        if call.is_ping and not probe:
+            self.arm_heartbeat()
+        if not retry or bus is not None:
+            s.pump()
+
+    def probes(self) -> bool:
+        """Whether a ping can tell a live device from a dead one (there is one, and the
+        heartbeat is on)."""
+        return self.s.ping_payload is not None and self.s.link.interval > 0
+
+    def probe(self) -> None:
+        """A ping next, ahead of the queued calls (a call or a ping went unanswered):
+        it tells a device that ignores one request from one that hangs."""
+        if self._pinging:
+            return  # one on its way already says it
+        self._pinging = True
+        self.s.queue.push(self.ping(self._pinged), front=True)
 
     def shorten(self, calls: list[Call], limit: float) -> None:
         """Calls nobody waits for any more (their client left) run out within `limit`

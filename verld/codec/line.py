@@ -96,6 +96,7 @@ class LineCodec:
         self.bad_frames = 0
         self._terminator = terminator.encode(encoding)
         self._newline = "\n".encode(encoding)
+        self._strip_cr = self._terminator == b"\n"
         self._encoding = encoding
         self._max_payload = max_payload
         self._splitter = LineSplitter(self._terminator, max_payload)
@@ -107,6 +108,19 @@ class LineCodec:
         self._reply_size = 0  #: their bytes, newlines included
         self._overlong_replies = 0
         self._overlong = False  #: the reply outgrew max_payload: discard it up to `end`
+
+    def refuse(self, payload: bytes) -> str | None:
+        """Why a request cannot go out as one call (None: it can).
+
+        One line per call: a terminator anywhere but at the end (with `\\n`, a `\\r`
+        anywhere but just before it) would make the device answer twice, and the
+        second answer would pass for the reply to another client's call.
+        """
+        term = self._terminator
+        body = payload[: -len(term)] if payload.endswith(term) else payload
+        if term in body or (self._strip_cr and b"\r" in body[:-1]):
+            return "one line per call: the request contains the line terminator"
+        return None
 
     def encode_request(self, seq: int, payload: bytes) -> bytes:
         """`payload` plus the terminator, unless it already ends with it (no seq here)."""
