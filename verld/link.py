@@ -93,6 +93,8 @@ class Link:
         self._heard = False  #: bytes came from the device since the first silent call
         self.last_activity = 0.0
         self.reconnects = 0
+        #: opens tried since the link was last up (0 while up): `status.link.attempts`
+        self.attempts = 0
         #: while not None: input is discarded until the line is quiet up to this time
         self.guard_until: float | None = None
 
@@ -120,16 +122,20 @@ class Link:
         return Transition(state, reason, self.generation)
 
     def attempt(self, now: float) -> Transition:
-        """An open attempt starts."""
+        """An open attempt starts (its reason says why the link is not up: what came
+        before, not a failure of this attempt)."""
         self._check("attempt")
-        return self._enter(LinkState.CONNECTING, self.reason, now)
+        self.attempts += 1
+        before = self.reason.removeprefix("reopening after: ")
+        reason = "opening" if before == "starting" else f"reopening after: {before}"
+        return self._enter(LinkState.CONNECTING, reason, now)
 
     def opened(self, now: float) -> Transition:
         """The port opened and the handshake succeeded: a new link session."""
         self._check("opened")
         self.generation += 1
         self._delay = self.initial
-        self.consecutive_timeouts = self.silent_calls = 0
+        self.consecutive_timeouts = self.silent_calls = self.attempts = 0
         self.last_activity = now
         if self.generation > 1:
             self.reconnects += 1

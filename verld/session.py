@@ -36,6 +36,7 @@ from verld.codec.select import ping_payload
 from verld.config import MODBUS_CODECS, Config, tcp_target
 from verld.errors import ErrorCode
 from verld.link import Link, LinkState, Transition
+from verld.outage import Outage
 from verld.stats import Stats, log_transition
 from verld.timekeeper import Timekeeper
 from verld.transport import LinkTransport
@@ -73,6 +74,7 @@ class Session:
         #: called when the link is lost or a reconnect is wanted: the supervisor's wake-up
         self.on_lost: Callable[[], None] = _nothing
         self.link = Link.from_config(cfg, rng)
+        self._outage = Outage()
         self.window = Window(cfg.device.window if codec.pipelined else 1)
         self.ping_payload = ping_payload(cfg)
         self.tcp = tcp_target(port) is not None
@@ -539,10 +541,14 @@ class Session:
             transport.close()
 
     def announce(self, transition: Transition) -> None:
-        """Log a transition and tell the link listener."""
-        retry_in = self.link.retry_in(self.clock.time())
-        log_transition(transition, port=self.port, retry_in=retry_in)
-        self._on_link(transition)
+        """Log a transition and tell the link listener (an outage once: `outage.Outage`)."""
+        now = self.clock.time()
+        told = self._outage.tell(transition, now)
+        log_transition(transition, port=self.port, retry_in=self.link.retry_in(now),
+                       level=told.level, attempts=self.link.attempts,
+                       remind=told.remind)  # fmt: skip
+        if told.event:
+            self._on_link(transition)
 
 
 def _nothing() -> None:

@@ -107,16 +107,29 @@ def link_status(link: Link, port: str, codec: str, now: float, started: float) -
         "port": port,
         "codec": codec,
         "since": round(wall, 3),
+        "attempts": link.attempts,
+        "modem": None,  # (rfc2217:// links only)
     }
 
 
-def log_transition(t: Transition, *, port: str, retry_in: float) -> None:
-    """Lifecycle at INFO (up) and WARNING (down); the steps between at DEBUG."""
+def log_transition(
+    t: Transition,
+    *,
+    port: str,
+    retry_in: float,
+    level: str,
+    attempts: int = 0,
+    remind: bool = False,
+) -> None:
+    """Lifecycle at INFO (up) and WARNING (down, when `level` says so: an outage is told
+    once, then reminded with the attempt count); the rest at DEBUG."""
     if t.state is LinkState.UP:
         log.info("link_up", link_state="up", port=port, generation=t.generation)
     elif t.state is LinkState.DOWN:
-        log.warning("link_down", link_state="down", port=port, reason=t.reason,
-                    generation=t.generation, retry_in=round(retry_in, 3))  # fmt: skip
+        line = log.warning if level == "warning" else log.debug
+        event = "link_still_down" if remind else "link_down"
+        line(event, link_state="down", port=port, reason=t.reason, generation=t.generation,
+             attempts=attempts, retry_in=round(retry_in, 3))  # fmt: skip
     else:
         log.debug("link_" + t.state.value, link_state=t.state.value, port=port,
                   generation=t.generation)  # fmt: skip

@@ -23,6 +23,15 @@ from verld.transport import LinkHandler, LinkTransport, open_link
 Opener = Callable[[DeviceConfig, str, LinkHandler, float], Awaitable[LinkTransport]]
 
 
+def _heard(nbytes: int, bad_frames: int) -> str:
+    """What came instead of the handshake's answer, when anything did: bytes the codec
+    could not read mean a device speaking another codec or at another baud rate."""
+    if not nbytes:
+        return ""
+    frames = f" and {bad_frames} bad frame{'s' * (bad_frames != 1)}" if bad_frames else ""
+    return f" ({nbytes} byte{'s' * (nbytes != 1)}{frames} arrived: wrong codec or baud rate?)"
+
+
 class Supervisor:
     """Keeps one session's link open."""
 
@@ -62,11 +71,14 @@ class Supervisor:
             transport.close()  # (inhibit() waits for this open, then says `inhibited`)
             return False
         s.attach(transport)
+        rx, bad = transport.bytes_rx, s.codec.bad_frames
         result = await self._handshake()
         if s.attached is not transport:
             return False  # lost during the handshake; the session announced it
         if not s.proves_alive(result):
-            s.lose(f"handshake failed: {result.message}")
+            timed_out = result.error == ErrorCode.TIMEOUT
+            heard = _heard(transport.bytes_rx - rx, s.codec.bad_frames - bad) if timed_out else ""
+            s.lose(f"handshake failed: {result.message}{heard}")
             return False
         return True
 

@@ -195,6 +195,27 @@ def _os_reason(exc: OSError) -> str:
     return f"{name}: {exc.strerror}" if name else str(exc)
 
 
+def lock_holder(path: str) -> str:
+    """Who holds the flock on `path`, as far as /proc tells: "pid 812 (verld)", else
+    "another process" (under ProtectProc=invisible other processes are hidden)."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            table = f.read()
+    except OSError:
+        return "another process"
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()  # "1: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == inode:
+            try:
+                with open(f"/proc/{int(fields[4])}/comm", encoding="utf-8") as f:
+                    return f"pid {int(fields[4])} ({f.read().strip()})"
+            except (OSError, ValueError):
+                break
+    return "another process"
+
+
 def _open_serial(cfg: DeviceConfig, port: str) -> serial.Serial:
     try:
         ser = serial.Serial(
@@ -212,7 +233,7 @@ def _open_serial(cfg: DeviceConfig, port: str) -> serial.Serial:
         # (termios.error: the tty refused the line settings, e.g. a parity it lacks)
         text = str(exc)
         if "Resource temporarily unavailable" in text or "[Errno 11]" in text:
-            text = f"{port} is locked by another process (opened exclusively)"
+            text = f"{port} is locked by {lock_holder(port)} (opened exclusively)"
         raise OpenError(text) from None
     # pyserial's open() already flushed input; flush again in case it raced.
     try:

@@ -32,6 +32,25 @@ def make_codec(cfg: Config) -> LinkCodec:
     )
 
 
+def device_ping(cfg: Config) -> bytes | None:
+    """The device's ping, whether or not the heartbeat is on (None: it has none).
+
+    verl: the empty request; length: `heartbeat.payload` (hex; empty by default, a
+    zero-length message); line: `heartbeat.payload` as text, the Modbus codecs as hex
+    (unit + PDU), none when it is empty. `hello` reports it; `verlctl ping` sends it.
+    """
+    codec, payload = cfg.device.codec, cfg.heartbeat.payload
+    if codec == "verl":
+        return b""
+    if codec == "length":
+        return bytes.fromhex(payload)
+    if not payload:
+        return None
+    if codec in ("modbus-rtu", "modbus-tcp"):
+        return bytes.fromhex(payload)
+    return payload.encode(cfg.device.line.encoding)
+
+
 def ping_payload(cfg: Config) -> bytes | None:
     """What the handshake and heartbeat send (None: no handshake, heartbeat off).
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +46,12 @@ class PingStats:
 
 
 def cmd_ping(c: Client, args: argparse.Namespace) -> int:
-    port = _device_port(c)
+    (port, codec), ping = _device(c)
+    if ping is None:
+        print(f"verlctl: the device has no ping (codec {codec}): set heartbeat.payload in "
+              "verld's config to a request it answers (e.g. PING, AT or *IDN? on a line "
+              "device, 010300000001 on Modbus)", file=sys.stderr)  # fmt: skip
+        return 2
     if not args.json:
         print(f"PING {port} via {c.socket_path}", flush=True)
     stats = PingStats()
@@ -53,27 +59,34 @@ def cmd_ping(c: Client, args: argparse.Namespace) -> int:
         while args.count is None or stats.sent < args.count:
             if stats.sent:
                 time.sleep(args.interval)
-            _ping_once(c, args, stats)
+            _ping_once(c, args, stats, ping)
     except KeyboardInterrupt:
         pass
     _print_summary(args, port, stats)
     return stats.exit_code()
 
 
-def _device_port(c: Client) -> str:
-    """The device's port as hello reports it, for the header lines ("verld" if unknown)."""
+def _device(c: Client) -> tuple[tuple[str, str], bytes | None]:
+    """(the device's port and codec, for the header lines; its ping, None: it has none),
+    as hello reports them (a verld from before `device.ping`: the empty request)."""
     try:
-        return str(c.hello()["device"]["port"])
+        device = c.hello()["device"]
+        where = (str(device["port"]), str(device["codec"]))
     except (ClientError, KeyError, TypeError):
-        return "verld"
+        return ("verld", "?"), b""
+    ping = device.get("ping", "")
+    try:
+        return where, None if ping is None else bytes.fromhex(ping)
+    except (TypeError, ValueError):
+        return where, b""
 
 
-def _ping_once(c: Client, args: argparse.Namespace, stats: PingStats) -> None:
+def _ping_once(c: Client, args: argparse.Namespace, stats: PingStats, ping: bytes) -> None:
     """One ping and its line; API errors count as lost, Unreachable ends the run."""
     stats.sent += 1
     seq = stats.sent
     try:
-        r = c.ping(timeout=args.timeout)
+        r = c.call(ping, timeout=args.timeout)
     except Unreachable:
         raise
     except ClientError as exc:

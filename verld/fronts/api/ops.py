@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Protocol
 
 from verld import API_VERSION, __version__, wire
 from verld.calls import Call, CallResult
+from verld.codec.select import device_ping
 from verld.config import Config
 from verld.errors import ApiError, ErrorCode
 from verld.fronts.api.conn import ClientConn
@@ -91,11 +92,13 @@ def hello(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
         raise ApiError(ErrorCode.BAD_REQUEST, "'client' must be a string", req.id)
     conn.name = (name or "")[:128]
     session, dev = api.core.session, api.cfg.device
+    ping = device_ping(api.cfg)
     device = {
         "port": session.port,
         "codec": dev.codec,
         "max_payload": dev.max_payload,
         "window": session.window.size,
+        "ping": None if ping is None else ping.hex(),
     }
     _ok(
         conn, req, version=API_VERSION, daemon=f"verld {__version__}", device=device, role=conn.role
