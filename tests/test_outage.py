@@ -137,3 +137,24 @@ def test_a_locked_port_names_its_holder(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert lock_holder(str(path)) == "another process"
+
+
+def test_a_second_verld_on_the_same_port_names_the_first(tmp_path: Path) -> None:
+    """A second verld (another socket) on a port the first holds says which pid has it."""
+    sim = SimProc(tmp_path)
+    first = DaemonProc(write_config(tmp_path, sim.link))
+    other = tmp_path / "second"
+    other.mkdir()
+    second = DaemonProc(write_config(other, sim.link), wait_up=False)
+    try:
+        deadline = time.monotonic() + 10
+        reason = ""
+        while f"pid {first.pid}" not in reason and time.monotonic() < deadline:
+            reason = second.status()["link"]["reason"]
+            time.sleep(0.05)
+        assert f"is locked by pid {first.pid} (" in reason, reason
+        assert first.client().call(b"\x01still mine").data == b"still mine"
+    finally:
+        second.stop()
+        first.stop()
+        sim.stop()
