@@ -141,3 +141,27 @@ class TestUnansweredRequests:
                 d.stop()
         finally:
             sim.stop()
+
+
+class TestShortTimeouts:
+    @pytest.mark.parametrize("tcp", [False, True], ids=["pty", "tcp"])
+    def test_a_neighbours_short_timeout_never_hands_its_late_reply_on(
+        self, tmp_path: Path, tcp: bool
+    ) -> None:
+        """A call with its own short timeout whose answer comes late (within
+        device.timeout, 0.3 s here): the next client's call still gets its own reply."""
+        sim = SimProc(tmp_path, codec="line", tcp=tcp)
+        try:
+            d = line_daemon(tmp_path, sim.address if tcp else sim.link)
+            try:
+                neighbour, good = d.client(), d.client()
+                for n in range(3):
+                    with pytest.raises(ClientError) as info:
+                        neighbour.call(f"DELAY 150 late{n}", timeout=0.05, retry=0)
+                    assert info.value.code == "timeout"
+                    reply = good.call(f"ECHO mine{n}", timeout=2.0)
+                    assert reply.text == f"mine{n}"
+            finally:
+                d.stop()
+        finally:
+            sim.stop()

@@ -186,6 +186,16 @@ class TestTimeoutPolicy:
             link.noise(n + 0.5)  # the device talks (an event, garbage)
             link.guard_over(n + 0.9)
 
+    def test_the_guard_holds_until_the_device_had_its_time(self) -> None:
+        """The guard lasts at least until `hold_until`, noise or not."""
+        link = self.up()
+        link.timed_out(1.0, seqs=False, ping=False, spent=True, probes=True, hold_until=5.0)
+        assert link.guard_until == 5.0
+        assert link.noise(1.5) and link.guard_until == 5.0
+        assert not link.guard_over(4.9)
+        assert link.noise(4.95) and not link.guard_over(5.0)
+        assert link.guard_over(5.05)
+
     def test_tries_with_retries_left_never_count(self) -> None:
         """A try that will be retried is neither a miss nor a silent call."""
         link = self.up(misses=1)

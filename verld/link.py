@@ -183,7 +183,14 @@ class Link:
         self.last_activity = now
 
     def timed_out(
-        self, now: float, *, seqs: bool, ping: bool, spent: bool, probes: bool
+        self,
+        now: float,
+        *,
+        seqs: bool,
+        ping: bool,
+        spent: bool,
+        probes: bool,
+        hold_until: float = 0.0,
     ) -> tuple[AfterTimeout, bool]:
         """A try ran out: the policy for what follows (the caller fails or retries it),
         and whether a probe ping should go next, ahead of queued calls.
@@ -195,7 +202,9 @@ class Link:
         comes from the device. Calls that must never count (a Modbus call: its unit is
         silent, not the port) are neither `ping` nor `spent`. Without seqs a late reply
         would pass for the next call's, so the line must be quiet first (the guard),
-        on tcp too: reopening it would fail every other client's calls.
+        on tcp too: reopening it would fail every other client's calls. The guard
+        lasts at least until `hold_until`: a client's own short timeout must not let
+        its late reply, due within `device.timeout`, pass for another client's.
         """
         if self.state is LinkState.CONNECTING:
             return AfterTimeout.FAIL, False
@@ -213,7 +222,7 @@ class Link:
             return AfterTimeout.DEAD, False
         if seqs:
             return AfterTimeout.RESEND, probe
-        self.guard_until = now + self.guard
+        self.guard_until = max(now + self.guard, hold_until)
         return AfterTimeout.GUARD, probe
 
     def _silent_call(self) -> bool:
@@ -236,7 +245,7 @@ class Link:
         self._heard = True
         if self.guard_until is None:
             return False
-        self.guard_until = now + self.guard
+        self.guard_until = max(self.guard_until, now + self.guard)
         return True
 
     def guard_over(self, now: float) -> bool:

@@ -91,10 +91,15 @@ class Timekeeper:
         retry = call.tries <= call.retry and not call.is_ping
         # Modbus: a call's timeout is its unit's silence, not the port's: it never
         # counts, and no probe follows it (the heartbeat pings take their unit's turn).
+        # Without seqs a client's call keeps the line quiet until the device's own time
+        # to answer (device.timeout) has passed, however short the call's timeout.
+        sent = call.deadline - call.timeout
+        hold = 0.0 if call.is_ping else sent + s.cfg.device.timeout
         after, probe = s.link.timed_out(
             self.clock.time(), seqs=s.codec.pipelined, ping=call.is_ping,
             spent=not retry and not call.is_ping and bus is None,
-            probes=bus is None and self.probes())  # fmt: skip
+            probes=bus is None and self.probes(),
+            hold_until=hold)  # fmt: skip
         if not retry or after is AfterTimeout.FAIL or after is AfterTimeout.DEAD:
             tries = f" ({call.tries} tries)" if call.tries > 1 else ""
             s.finish(call, ErrorCode.TIMEOUT, f"no answer within {call.timeout:g} s{tries}")
