@@ -176,10 +176,66 @@ class TestReferenceFormat:
         assert "adapter: expected one of verl, length, line" in line
 
     def test_flat_port_must_be_a_tcp_port(self) -> None:
-        """A serial path as a flat port says where a serial device goes."""
-        line = one_error("port: /dev/ttyUSB0\n")
-        assert "expected a TCP port 1..65535" in line
-        assert "device: port:" in line
+        """A serial path as a top-level port is meant for device.port: said so."""
+        assert one_error("port: /dev/ttyUSB0\n") == (
+            "x.yaml:1: port: expected a TCP port 1..65535 (the reference flat format), "
+            "got '/dev/ttyUSB0'; did you mean 'device.port'?"
+        )
+
+    @pytest.mark.parametrize("port", ["sim", "tcp://10.0.0.5:4001", "rfc2217://h:2217", "COM3"])
+    def test_any_device_as_top_level_port_suggests_device_port(self, port: str) -> None:
+        """Whatever is not a port number (sim, a URL, a name) is a device for device.port."""
+        assert one_error(f"port: {port}\n").endswith("did you mean 'device.port'?")
+
+    def test_numeric_port_is_still_the_flat_formats(self) -> None:
+        """A port number (even quoted) stays the flat format's TCP port and its checks."""
+        assert parse_config("port: 4001\n").device.port == "tcp://127.0.0.1:4001"
+        assert "remove the quotes" in one_error('port: "4001"\n')
+        assert one_error("port: 70000\n").endswith("expected a TCP port 1..65535, got 70000")
+
+    def test_flat_file_written_for_a_serial_device(self) -> None:
+        """The new user's file (a device path and a baud rate at the top level): every
+        key named where it goes, at once, with its line."""
+        assert errors_of("port: /dev/ttyUSB0\nbaudrate: 9600\ncodec: line\ntimeout: 2\n") == [
+            "x.yaml:1: port: expected a TCP port 1..65535 (the reference flat format), "
+            "got '/dev/ttyUSB0'; did you mean 'device.port'?",
+            "x.yaml:2: baudrate: unknown key; did you mean 'device.baudrate'?",
+            "x.yaml:3: codec: unknown key; did you mean 'device.codec'?",
+            "x.yaml:4: timeout: unknown key; did you mean 'device.timeout'?",
+        ]
+
+    def test_host_beside_a_device_path_says_how_tcp_is_written(self) -> None:
+        """`host` means nothing next to a device path: the TCP spelling is given instead."""
+        line = errors_of("host: h\nport: /dev/ttyS0\n")[0]
+        assert line.startswith("x.yaml:1: host: unknown key beside a device path as port")
+        assert "device.port: tcp://HOST:PORT" in line
+
+    def test_section_key_in_a_flat_file_names_its_section(self) -> None:
+        """In a real flat file a sectioned key gets its path, not a near flat name."""
+        lines = errors_of("host: h\nport: 4001\nbaudrate: 9600\nparity: even\n")
+        assert lines == [
+            "x.yaml:3: baudrate: unknown key; did you mean 'device.baudrate'? "
+            "(in sections: the flat format has no such key)",
+            "x.yaml:4: parity: unknown key; did you mean 'device.parity'? "
+            "(in sections: the flat format has no such key)",
+        ]
+
+    def test_flat_names_and_aliases_win_in_a_flat_file(self) -> None:
+        """A flat file's `codec` is its `adapter`; a misspelt flat key its flat name."""
+        assert one_error("host: h\ncodec: line\n").endswith("did you mean 'adapter'?")
+        assert one_error("host: h\ntimout: 2\n").endswith("did you mean 'timeout'?")
+        assert one_error("host: h\nzzzz: 2\n").endswith(
+            "valid keys here: host, port, timeout, retry, log_level, adapter"
+        )
+
+    def test_device_path_port_beside_sections(self) -> None:
+        """A top-level device path next to `device:` is still meant for device.port."""
+        line = one_error("device:\n  baudrate: 9600\nport: /dev/ttyUSB0\n")
+        assert line.startswith("x.yaml:3: port: ") and line.endswith("'device.port'?")
+
+    def test_reference_example_still_valid(self) -> None:
+        """configs/reference.yaml, the reference format, loads (top-level host, port, ...)."""
+        assert load_config(CONFIGS / "reference.yaml").device.codec == "length"
 
     def test_mixing_flat_and_sections_is_an_error(self) -> None:
         """Flat keys beside sections are rejected, naming the sectioned equivalent."""
@@ -229,6 +285,23 @@ class TestUnknownKeys:
         """A section's key at the top level suggests its full path."""
         line = one_error("device: {port: sim}\nbaudrate: 9600\n")
         assert line.endswith("baudrate: unknown key; did you mean 'device.baudrate'?")
+
+    def test_top_level_leaf_alone_suggests_dotted_path(self) -> None:
+        """`baudrate: 9600` alone (no section at all) suggests device.baudrate."""
+        assert one_error("baudrate: 9600\n") == (
+            "x.yaml:1: baudrate: unknown key; did you mean 'device.baudrate'?"
+        )
+
+    @pytest.mark.parametrize(
+        ("key", "expected"),
+        [("mode", "api.mode"), ("codec", "device.codec"), ("baud", "device.baudrate"),
+         ("interval", "heartbeat.interval"), ("listen", "metrics.listen"),
+         ("socket", "api.socket"), ("level", "log.level"), ("logs", "log")],
+    )  # fmt: skip
+    def test_top_level_names_before_spellings(self, key: str, expected: str) -> None:
+        """A section's key by name or alias wins over a near spelling (mode: not modbus)."""
+        line = one_error(f"device: {{port: sim}}\n{key}: x\n")
+        assert line.endswith(f"did you mean '{expected}'?")
 
     def test_misspelt_section(self) -> None:
         """A misspelt section name suggests the section."""

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import grp
 import json
+import os
+import pwd
+import shutil
 import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support import DaemonProc, SimProc, write_config
 
-from verld.client import AsyncClient
+from verld.client import AsyncClient, PermissionDenied
+from verld.client import messages as client_messages
+from verld.ctl.cli import default_socket
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -180,3 +187,207 @@ class TestAsyncClient:
                 return [r.data for r in replies]
 
         assert asyncio.run(run()) == [bytes([i]) for i in range(50)]
+
+
+class TestDefaultSocket:
+    """No --socket, no $VERLD_SOCKET, no --config: /run/verld/verld.sock, else
+    $XDG_RUNTIME_DIR/verld.sock when only that one exists."""
+
+    def test_system_socket_when_both_exist(self, tmp_path: Path) -> None:
+        """The system socket wins when it exists."""
+        system, xdg = tmp_path / "system.sock", tmp_path / "xdg"
+        xdg.mkdir()
+        system.touch()
+        (xdg / "verld.sock").touch()
+        env = {"XDG_RUNTIME_DIR": str(xdg)}
+        assert default_socket(env, str(system)) == str(system)
+
+    def test_runtime_dir_socket_when_only_it_exists(self, tmp_path: Path) -> None:
+        """Only $XDG_RUNTIME_DIR/verld.sock exists (a user's quick start): that one."""
+        (tmp_path / "verld.sock").touch()
+        env = {"XDG_RUNTIME_DIR": str(tmp_path)}
+        assert default_socket(env, str(tmp_path / "none.sock")) == str(tmp_path / "verld.sock")
+
+    def test_system_socket_when_neither_exists(self, tmp_path: Path) -> None:
+        """Neither: the system socket (what the error then names)."""
+        env = {"XDG_RUNTIME_DIR": str(tmp_path)}
+        assert default_socket(env, "/run/verld/verld.sock") == "/run/verld/verld.sock"
+        assert default_socket({}, "/run/verld/verld.sock") == "/run/verld/verld.sock"
+
+    def test_verld_socket_wins(self, tmp_path: Path) -> None:
+        """$VERLD_SOCKET comes before both."""
+        (tmp_path / "verld.sock").touch()
+        env = {"VERLD_SOCKET": "/srv/a.sock", "XDG_RUNTIME_DIR": str(tmp_path)}
+        assert default_socket(env, str(tmp_path / "none.sock")) == "/srv/a.sock"
+
+    def test_verlctl_reaches_a_daemon_in_the_runtime_dir(self, sim: SimProc) -> None:
+        """A real verlctl without --socket finds a daemon on $XDG_RUNTIME_DIR/verld.sock."""
+        if os.path.lexists("/run/verld/verld.sock"):
+            pytest.skip("a system verld socket exists here: verlctl takes that one")
+        xdg = Path(sim.link).parent / "xdg"
+        xdg.mkdir()
+        d = DaemonProc(write_config(Path(sim.link).parent, sim.link,
+                                    {"api": {"socket": str(xdg / "verld.sock")}}))  # fmt: skip
+        try:
+            env = {k: v for k, v in os.environ.items() if k != "VERLD_SOCKET"}
+            r = subprocess.run([sys.executable, "-m", "verld.ctl", "status"], capture_output=True,
+                               text=True, timeout=20, env={**env, "XDG_RUNTIME_DIR": str(xdg)},
+                               check=False)  # fmt: skip
+            assert r.returncode == 0, r.stderr
+            assert "link        up (connected)" in r.stdout
+        finally:
+            d.stop()
+
+    def test_unreachable_default_says_how_to_name_a_socket(self, tmp_path: Path) -> None:
+        """No daemon on the default socket: exit 3, one line naming it and --socket."""
+        if os.path.lexists("/run/verld/verld.sock"):
+            pytest.skip("a system verld socket exists here")
+        env = {k: v for k, v in os.environ.items() if k != "VERLD_SOCKET"}
+        r = subprocess.run([sys.executable, "-m", "verld.ctl", "status"], capture_output=True,
+                           text=True, timeout=20, env={**env, "XDG_RUNTIME_DIR": str(tmp_path)},
+                           check=False)  # fmt: skip
+        assert r.returncode == 3
+        [line] = r.stderr.strip().splitlines()
+        assert line.startswith("verlctl: unreachable: cannot connect to /run/verld/verld.sock")
+        assert "--socket PATH" in line
+
+
+# --- a socket this user may not open: who owns it, and what to do --------------------------
+
+
+def outsider_group() -> grp.struct_group:
+    """A group nobody is not in (neither root's nor nogroup): the socket's group."""
+    nobody = pwd.getpwnam("nobody")
+    for g in grp.getgrall():
+        if g.gr_gid not in (0, nobody.pw_gid) and "nobody" not in g.gr_mem:
+            return g
+    pytest.skip("no group here that nobody is not a member of")
+
+
+def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`argv` run as nobody:nogroup with no supplementary groups."""
+    return subprocess.run(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv],
+        capture_output=True, text=True, timeout=20, cwd="/", check=False,
+    )  # fmt: skip
+
+
+def verlctl_as_nobody(sock: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return as_nobody(sys.executable, "-m", "verld.ctl", "--socket", sock, *args)
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="running verlctl as another user needs root and setpriv",
+)
+
+
+@pytest.fixture
+def public_daemon(pubdir: Path) -> Iterator[DaemonProc]:
+    """A root verld whose socket (mode 0660) is in a directory everyone may traverse."""
+    sim = SimProc(pubdir)
+    try:
+        d = DaemonProc(write_config(pubdir, sim.link, {"api": {"mode": "0660"}}))
+    except BaseException:
+        sim.stop()
+        raise
+    yield d
+    d.stop()
+    sim.stop()
+
+
+@needs_root
+@pytest.mark.timeout(60)
+class TestPermissionDenied:
+    def test_group_socket_says_which_group_to_join(self, public_daemon: DaemonProc) -> None:
+        """A socket of another group: exit 3 naming owner, group, mode and the group to join."""
+        g = outsider_group()
+        os.chown(public_daemon.socket, 0, g.gr_gid)
+        r = verlctl_as_nobody(public_daemon.socket, "status")
+        assert r.returncode == 3
+        assert r.stderr == (
+            f"verlctl: permission denied on {public_daemon.socket} (owner root, group "
+            f"{g.gr_name}, mode 0660): join group '{g.gr_name}' (sudo usermod -aG {g.gr_name} "
+            "$USER, then log in again)\n"
+        )
+
+    def test_json_error_carries_the_same_message(self, public_daemon: DaemonProc) -> None:
+        """--json prints the error as JSON too, code unreachable."""
+        g = outsider_group()
+        os.chown(public_daemon.socket, 0, g.gr_gid)
+        r = verlctl_as_nobody(public_daemon.socket, "--json", "status")
+        assert r.returncode == 3
+        error = json.loads(r.stdout)["error"]
+        assert error["code"] == "unreachable"
+        assert error["message"].startswith(f"permission denied on {public_daemon.socket} ")
+
+    def test_root_group_socket_says_who_may(self, public_daemon: DaemonProc) -> None:
+        """A root:root socket: joining root is no advice; run as root, or set api.group."""
+        r = verlctl_as_nobody(public_daemon.socket, "status")
+        assert r.returncode == 3
+        [line] = r.stderr.splitlines()
+        head = f"verlctl: permission denied on {public_daemon.socket} (owner root, group root"
+        assert line.startswith(f"{head}, mode 0660): only root may open it")
+        assert "api.group" in line and "join group" not in line
+
+    def test_closed_directory_is_named(self, public_daemon: DaemonProc, pubdir: Path) -> None:
+        """A directory on the way nobody may not enter is named, not the socket."""
+        pubdir.chmod(0o750)
+        try:
+            r = verlctl_as_nobody(public_daemon.socket, "status")
+        finally:
+            pubdir.chmod(0o755)
+        assert r.returncode == 3
+        assert r.stderr.startswith(f"verlctl: permission denied on {pubdir} (owner root, "
+                                   "group root, mode 0750), the directory of ")  # fmt: skip
+
+    def test_python_clients_raise_permission_denied(self, public_daemon: DaemonProc) -> None:
+        """Client and AsyncClient raise PermissionDenied (an Unreachable) with the message."""
+        g = outsider_group()
+        os.chown(public_daemon.socket, 0, g.gr_gid)
+        script = (
+            "import asyncio, sys\n"
+            "from verld.client import AsyncClient, Client, PermissionDenied, Unreachable\n"
+            "path = sys.argv[1]\n"
+            "try:\n    Client(path).connect()\nexcept PermissionDenied as e:\n"
+            "    assert isinstance(e, Unreachable) and e.code == 'unreachable'; print(e.message)\n"
+            "async def a():\n"
+            "    try:\n        await AsyncClient(path).connect()\n"
+            "    except PermissionDenied as e:\n        print(e.message)\n"
+            "asyncio.run(a())\n"
+        )
+        r = as_nobody(sys.executable, "-c", script, public_daemon.socket)
+        assert r.returncode == 0, r.stderr
+        blocking, aio = r.stdout.splitlines()
+        assert blocking == aio
+        assert f"join group '{g.gr_name}'" in blocking
+
+
+def test_member_not_yet_in_this_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the socket's group by /etc/group but not in this login: told to log in again."""
+    sock = tmp_path / "v.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock))
+    sock.chmod(0o660)
+    if sock.stat().st_gid == 0:  # (as root) root's group is never the advice: another one
+        os.chown(sock, -1, outsider_group().gr_gid)
+    group = grp.getgrgid(sock.stat().st_gid).gr_name
+    monkeypatch.setattr(client_messages, "_member_elsewhere", lambda _name, _gid: True)
+    message = client_messages.permission_denied(str(sock))
+    assert message.endswith(
+        f"you are in group '{group}', but this login session is not yet: "
+        f"log in again (or run newgrp {group})"
+    )
+    error = client_messages.connect_failed(str(sock), PermissionError(13, "Permission denied"))
+    assert isinstance(error, PermissionDenied) and error.message == message
+
+
+def test_member_elsewhere_reads_the_group_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member by /etc/group whose process lacks the gid; not one who has it or is not in it."""
+    user = pwd.getpwuid(os.getuid()).pw_name
+    members: list[str] = [user]
+    monkeypatch.setattr(grp, "getgrgid", lambda gid: grp.struct_group(("g", "x", gid, members)))
+    assert client_messages._member_elsewhere("g", 4242)
+    assert not client_messages._member_elsewhere("g", os.getgid())
+    members.clear()
+    assert not client_messages._member_elsewhere("g", 4242)

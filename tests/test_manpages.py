@@ -253,3 +253,60 @@ def test_man_renders_the_daemon_page() -> None:
     for needle in ("VERLD(8)", "--check-config FILE", "EXIT STATUS", "VERLD_EVENT_LOOP",
                    "/etc/verld/verld.yaml", f"verld {__version__}"):  # fmt: skip
         assert needle in out, needle
+
+
+# --- (e) the pages describe the installed system ------------------------------------------
+
+
+def shipped_pages() -> list[str]:
+    """The pages the Debian package ships (debian/verld.manpages)."""
+    text = (REPO / "debian" / "verld.manpages").read_text(encoding="utf-8")
+    return [Path(line.strip()).name for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_no_checkout_only_paths(name: str) -> None:
+    """No page sends an installed system's reader to the checkout's files or make run."""
+    text = page_text(name)
+    for word in ("configs/verld.yaml", "configs/demo_config.yaml", "make run", "PREFIX/"):
+        assert word not in text, f"man/{name} mentions {word}"
+
+
+def test_shipped_pages_name_only_shipped_pages() -> None:
+    """A page of the Debian package refers to verld's pages it ships; another one
+    (verld-mqtt(8)) only in a sentence saying where it comes from."""
+    shipped = shipped_pages()
+    assert "verld-mqtt.8" not in shipped and "verld.8" in shipped
+    ours = {p.rsplit(".", 1)[0] for p in PAGES}
+    for name in shipped:
+        for sentence in re.split(r"(?<=[.;])\s+", " ".join(page_text(name).split())):
+            for ref, section in re.findall(r"([\w.-]+)\((\d)\)", sentence):
+                if ref in ours and f"{ref}.{section}" not in shipped:
+                    assert "make install" in sentence, f"man/{name}: {sentence}"
+
+
+def test_daemon_page_has_the_quick_start_and_no_argument_behaviour() -> None:
+    """verld(8): the quick-start synopsis, the default config and exit 2 without it."""
+    text = " ".join(page_text("verld.8").split())
+    assert "verld PORT [--codec CODEC] [--baudrate N] [--socket PATH]" in text
+    assert "verld --check-config FILE" in text
+    assert "it prints its usage and exits 2" in text
+    assert "$XDG_RUNTIME_DIR/verld.sock" in text and "VERLD_DEFAULT_CONFIG" in text
+
+
+def test_verlctl_page_has_the_runtime_dir_default_and_the_permission_message() -> None:
+    """verlctl(1): the $XDG_RUNTIME_DIR default and what a refused socket says."""
+    text = " ".join(page_text("verlctl.1").split())
+    assert "$XDG_RUNTIME_DIR/verld.sock when only that one exists" in text
+    assert "join group 'verld'" in text
+
+
+def test_a_synopsis_form_naming_an_unknown_argument_stops_the_build() -> None:
+    """argsource.form refuses a name the parser does not have (a renamed option)."""
+    with tools_on_path():
+        from manlib import argsource
+    from verld.cmdline import parser
+
+    assert argsource.form(parser(), ["PORT"], {"PORT"}) == [r"\fIPORT\fR"]
+    with pytest.raises(ValueError, match="no argument --device"):
+        argsource.form(parser(), ["--device"], set())

@@ -4,8 +4,9 @@ config → logging → (simulated device) → session + supervisor → core → 
 API server) → signals/systemd. Every part that starts registers how it stops on
 one AsyncExitStack; the link's task runs in one TaskGroup, so a crash is logged,
 the rest is stopped in order and verld exits 1 (systemd's Restart=on-failure).
-Exit codes: 0 clean stop, 1 cannot serve (socket in use, sim failed) or a task
-crashed, 2 bad config.
+Exit codes: 0 clean stop, 1 cannot serve (the socket, a port link or the Modbus
+listen another process owns, sim failed: one line says which) or a task crashed,
+2 bad config or command line (no config file, a bad option value).
 """
 
 from __future__ import annotations
@@ -17,22 +18,26 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import structlog
 
-from verld import __version__, httpmetrics, logs, systemd
+from verld import __version__, cmdline, httpmetrics, logs, systemd
 from verld.codec.select import make_codec
-from verld.config import MODBUS_CODECS, Config, changed_keys, default_config, load_config
-from verld.errors import ConfigError, ServeError
+from verld.config import MODBUS_CODECS, Config, changed_keys, load_config
+from verld.errors import ConfigError, ServeError, SocketInUse
 from verld.fronts.api import ApiServer
 from verld.fronts.base import Core
 from verld.fronts.modbus import ModbusServer
+from verld.fronts.modbus.server import bind_listen
 from verld.fronts.ports.front import PortsFront
-from verld.fronts.ports.pty import PortSetupError
+from verld.fronts.ports.pty import PortSetupError, claim_link
 from verld.link import Transition
+from verld.ownership import Lock
 from verld.session import Session
 from verld.sim.launch import SimChild, SimError
+from verld.sockfile import claim_socket
 from verld.supervisor import Supervisor
 
 log = structlog.get_logger("verld.daemon")
@@ -57,6 +62,8 @@ class Daemon:
     cfg: Config
     config_path: str | None
     socket_override: str | None = None  #: --socket, kept across reloads
+    #: re-reads the config file with the command line on top (verld.cmdline), for reload
+    reread: Callable[[str], Config] | None = None
     sim: SimChild | None = None
     session: Session | None = None
     supervisor: Supervisor | None = None
@@ -83,28 +90,30 @@ class Daemon:
 
     # --- start: each part registers how it stops -----------------------------------------
     async def start(self, stack: contextlib.AsyncExitStack) -> None:
-        """Sim, session, API front, metrics; ServeError when one cannot start."""
+        """Claims first (`_claim`), then sim, session, ports, API front, Modbus,
+        metrics; ServeError when one cannot start."""
         cfg = self.cfg
         try:
             listen, modbus_sock = systemd.listen_sockets()
         except OSError as exc:
             raise _Failed("socket_activation_failed", str(exc)) from None
+        claims = await self._claim(stack, listen is not None, modbus_sock is not None)
         if cfg.device.port == "sim":
             await self._start_sim(stack)
         loop = asyncio.get_running_loop()
         core = self._wire_core(loop)
-        self._start_ports(stack, core)
+        self._start_ports(stack, core, claims.ports)
         server = self.server = ApiServer(cfg, core, on_reload=self.reload)
         server.debug = logs.level_enabled(cfg.log.level)
         server.on_clients_changed = self.status_line
+        stack.push_async_callback(server.close)  # (before start: it removes what start made)
         try:
-            await server.start(listen)
-        except OSError as exc:  # SocketInUse included
+            await server.start(listen, lock=claims.take_socket())
+        except (OSError, ServeError) as exc:  # SocketInUse included
             raise _Failed("cannot_serve", str(exc), socket=cfg.api.socket) from None
-        stack.push_async_callback(server.close)
         server.extra_status["ports"] = self._ports_status
         if cfg.modbus.listen or modbus_sock is not None:
-            await self._start_modbus(stack, modbus_sock)
+            await self._start_modbus(stack, modbus_sock, claims.take_modbus())
         if cfg.metrics.listen:
             await self._start_http(stack, server)
         self._signals(loop)
@@ -114,6 +123,35 @@ class Daemon:
         stop_watchdog = systemd.start_watchdog(loop)
         if stop_watchdog is not None:
             stack.callback(stop_watchdog)
+
+    async def _claim(
+        self, stack: contextlib.AsyncExitStack, api_activated: bool, modbus_activated: bool
+    ) -> _Claims:
+        """Everything another verld could own, taken before anything is created,
+        bound, re-pointed or removed: the API socket's lock (unless systemd passed
+        the socket), each port link's lock, the Modbus `listen` address (bound and
+        kept). Anything in the way is `_Failed` (one line naming it, exit 1) with
+        nothing touched; what was taken is let go by the stack unless handed over."""
+        cfg = self.cfg
+        claims = _Claims()
+        stack.callback(claims.release)
+        if not api_activated:
+            try:
+                claims.api = claim_socket(cfg.api.socket)
+            except SocketInUse as exc:
+                raise _Failed("cannot_serve", str(exc), socket=cfg.api.socket) from None
+        for entry in cfg.ports:
+            try:
+                claims.ports[entry.link] = claim_link(entry.link)
+            except PortSetupError as exc:
+                raise _Failed("cannot_create_port", str(exc), link=entry.link) from None
+        if cfg.modbus.listen and not modbus_activated:
+            try:
+                claims.modbus = await bind_listen(cfg.modbus.listen)
+            except OSError as exc:
+                why = exc.strerror or str(exc)  # ("cannot listen on HOST:PORT: ...")
+                raise _Failed("cannot_serve_modbus", why, listen=cfg.modbus.listen) from None
+        return claims
 
     async def _start_sim(self, stack: contextlib.AsyncExitStack) -> None:
         dev = self.cfg.device
@@ -153,12 +191,15 @@ class Daemon:
         core.listeners.append(self)
         return core
 
-    def _start_ports(self, stack: contextlib.AsyncExitStack, core: Core) -> None:
-        """The virtual serial ports (exit 1 when one cannot be created)."""
+    def _start_ports(
+        self, stack: contextlib.AsyncExitStack, core: Core, claims: dict[str, Lock]
+    ) -> None:
+        """The virtual serial ports on their claimed links (exit 1 when one cannot be
+        created)."""
         front = self.ports = PortsFront(self.cfg, core)
         stack.callback(front.close)
         try:
-            front.start()
+            front.start(claims)
         except PortSetupError as exc:
             raise _Failed("cannot_create_port", str(exc)) from None
         core.listeners.append(front)
@@ -167,7 +208,10 @@ class Daemon:
         return [] if self.ports is None else self.ports.status()
 
     async def _start_modbus(
-        self, stack: contextlib.AsyncExitStack, sock: socket.socket | None
+        self,
+        stack: contextlib.AsyncExitStack,
+        sock: socket.socket | None,
+        bound: list[socket.socket] | None,
     ) -> None:
         cfg = self.cfg
         if cfg.device.codec not in MODBUS_CODECS:
@@ -177,7 +221,7 @@ class Daemon:
         assert self.core is not None and self.server is not None
         front = self.modbus = ModbusServer(cfg, self.core)
         try:
-            await front.start(sock)
+            await front.start(sock, bound=bound)
         except OSError as exc:
             raise _Failed("cannot_serve_modbus", str(exc), listen=cfg.modbus.listen or "") from None
         self.server.extra_status["modbus"] = front.status
@@ -244,7 +288,8 @@ class Daemon:
         """Re-read the config and apply it; raises ConfigError and keeps the old one."""
         if self.config_path is None:
             raise ConfigError("verld was started without --config: nothing to re-read")
-        new = with_socket(load_config(self.config_path), self.socket_override)
+        read = self.reread or load_config
+        new = with_socket(read(self.config_path), self.socket_override)
         assert self.session is not None and self.server is not None
         assert self.supervisor is not None
         changed = changed_keys(self.cfg, new)
@@ -312,6 +357,34 @@ class Daemon:
             self.status_line()
 
 
+@dataclass
+class _Claims:
+    """What `Daemon._claim` took before anything was created; `release` lets go of
+    whatever was not handed over to the part that serves it."""
+
+    api: Lock | None = None  #: the API socket's
+    ports: dict[str, Lock] = field(default_factory=dict)  #: by link; popped when handed over
+    modbus: list[socket.socket] | None = None
+
+    def take_socket(self) -> Lock | None:
+        lock, self.api = self.api, None
+        return lock
+
+    def take_modbus(self) -> list[socket.socket] | None:
+        socks, self.modbus = self.modbus, None
+        return socks
+
+    def release(self) -> None:
+        if self.api is not None:
+            self.api.release()
+        for lock in self.ports.values():
+            lock.release()
+        for sock in self.modbus or ():
+            sock.close()
+        self.api, self.modbus = None, None
+        self.ports.clear()
+
+
 class _Failed(ServeError):
     """A part did not start: logged as `event` with the error and `fields`."""
 
@@ -323,7 +396,12 @@ class _Failed(ServeError):
         self.exit_code = exit_code
 
 
-async def serve(cfg: Config, config_path: str | None, socket_override: str | None = None) -> int:
+async def serve(
+    cfg: Config,
+    config_path: str | None,
+    socket_override: str | None = None,
+    reread: Callable[[str], Config] | None = None,
+) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code."""
     loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]
     log.info(
@@ -334,13 +412,16 @@ async def serve(cfg: Config, config_path: str | None, socket_override: str | Non
         event_loop=loop_name,
     )
     _raise_fd_limit(cfg.api.max_clients)
-    d = Daemon(cfg, config_path, socket_override=socket_override)
+    d = Daemon(cfg, config_path, socket_override=socket_override, reread=reread)
     async with contextlib.AsyncExitStack() as stack:
         try:
             await d.start(stack)
         except _Failed as exc:
             log.error(exc.event, error=str(exc), **exc.fields)
             return exc.exit_code
+        except (OSError, ServeError) as exc:  # (a part that did not say: still one line)
+            log.error("cannot_start", error=str(exc))
+            return 1
         code = await d.run()
     log.info("stopped")
     return code
@@ -374,29 +455,12 @@ def with_socket(cfg: Config, path: str | None) -> Config:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="verld",
-        description="Device bridge daemon: owns one serial/TCP link, serves local clients "
-        "on a Unix socket.",
-        epilog="examples:\n  verld --config /etc/verld/verld.yaml\n"
-        "  verld --check-config configs/verld.yaml\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--config", "-c", metavar="FILE", help="YAML config (default: built-in defaults)"
-    )
-    p.add_argument("--check-config", metavar="FILE", help="validate FILE and exit 0 (ok) or 2")
-    p.add_argument(
-        "--socket",
-        metavar="PATH",
-        help="serve the API on PATH instead of the config's api.socket (verld@.service)",
-    )
-    p.add_argument("--version", action="version", version=f"verld {__version__}")
-    return p
+    return cmdline.parser()
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.check_config:
         try:
             load_config(args.check_config)
@@ -405,27 +469,21 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"{args.check_config}: ok")
         return 0
-    try:
-        cfg = load_config(args.config) if args.config else default_config()
-        cfg = with_socket(cfg, args.socket)
+    try:  # the file (--config, else /etc/verld/verld.yaml) or PORT, the command line on top
+        start = cmdline.start_config(args)
+    except cmdline.Usage as exc:
+        parser.print_usage(sys.stderr)
+        print(f"verld: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"verld: invalid config:\n{exc}", file=sys.stderr)
         return 2
+    cfg = start.cfg
     fmt = logs.setup(cfg.log.level, cfg.log.format)
-    if fmt == "console" and cfg.device.port == "sim" and not os.environ.get("LISTEN_FDS"):
-        # (Modbus: unit 1 reads holding registers 0 and 1)
-        example = {"line": "--text PING"}.get(cfg.device.codec, "--hex 01aabb")
-        if cfg.device.codec.startswith("modbus"):
-            example = "--hex 010300000002"
-        print(
-            f"verld: demo on the simulated device; in another shell try:\n"
-            f"  tools/verlctl --socket {cfg.api.socket} status\n"
-            f"  tools/verlctl --socket {cfg.api.socket} call {example}\n",
-            file=sys.stderr,
-        )
+    cmdline.announce(start, fmt)
     try:
         with _runner() as runner:
-            return runner.run(serve(cfg, args.config, args.socket))
+            return runner.run(serve(cfg, start.config_path, args.socket, reread=start.reread))
     except KeyboardInterrupt:
         return 0
 

@@ -1,4 +1,5 @@
-"""The API socket file: refuse to steal a live one, replace a stale one, set its group."""
+"""The API socket file: own it by its lock, refuse to steal a live one, replace a
+stale one, set its group."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import stat
 import structlog
 
 from verld.errors import SocketInUse
+from verld.ownership import Lock, LockHeld, acquire, lock_path
 
 log = structlog.get_logger("verld.server")
 
@@ -35,12 +37,53 @@ def _gid(group: str | int) -> int:
     return grp.getgrnam(group).gr_gid
 
 
+def claim_socket(path: str) -> Lock:
+    """Own the API socket path before anything is created: its lock, then its file.
+
+    `SocketInUse` (nothing touched) when another process holds `PATH.lock` (named),
+    or the file there is not a socket, or something still answers on it (a verld
+    from before the lock, another program). A socket file nobody answers on, with
+    the lock free, is a leftover: `clear_stale_socket` replaces it at bind. The
+    socket's directory is created if missing (the lock file lives in it).
+    """
+    parent = os.path.dirname(path)
+    if parent:
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise SocketInUse(f"cannot create {parent}: {exc.strerror or exc}") from None
+    try:
+        lock = acquire(path)
+    except LockHeld as exc:
+        raise SocketInUse(
+            f"{exc.holder} is already serving {path} (it holds {exc.path}); not touching it"
+        ) from None
+    except OSError as exc:
+        raise SocketInUse(f"cannot lock {lock_path(path)}: {exc.strerror or exc}") from None
+    try:
+        _stale(path)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
 def clear_stale_socket(path: str) -> None:
     """Remove a socket file left by a crashed run; refuse to steal a live one."""
+    if _stale(path):
+        os.unlink(path)  # nobody listens: a stale file from a crashed run
+        log.info("stale_socket_removed", path=path)
+
+
+def _stale(path: str) -> bool:
+    """Whether a leftover socket file is at `path`: False when there is none;
+    `SocketInUse` when the file is no socket or a process answers on it."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return
+        return False
+    except OSError as exc:
+        raise SocketInUse(f"cannot look at {path}: {exc.strerror or exc}") from None
     if not stat.S_ISSOCK(st.st_mode):
         raise SocketInUse(f"{path} exists and is not a socket; not touching it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -50,9 +93,7 @@ def clear_stale_socket(path: str) -> None:
     except OSError as exc:
         if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
             raise SocketInUse(f"cannot probe {path}: {exc.strerror}") from None
-        os.unlink(path)  # nobody listens: a stale file from a crashed run
-        log.info("stale_socket_removed", path=path)
-        return
+        return True
     finally:
         probe.close()
     raise SocketInUse(f"another process is already serving {path} (is verld running?)")

@@ -152,11 +152,32 @@ def synopsis(parser: argparse.ArgumentParser, skip: Callable[[argparse.Action], 
     return items
 
 
+def form(parser: argparse.ArgumentParser, names: list[str], required: set[str]) -> list[str]:
+    """One way to run the program, as SYNOPSIS items: the arguments named (an option
+    by a flag, a positional by its metavar), in that order; those in `required`
+    without brackets. A name the parser does not have stops the build."""
+    items = []
+    for name in names:
+        action = next((a for a in parser._actions if _named(a, name)), None)
+        if action is None:
+            raise ValueError(f"{parser.prog}: no argument {name}")
+        items.append(_usage_item(action, bracket=name not in required))
+    return items
+
+
+def _named(action: argparse.Action, name: str) -> bool:
+    """`name` is one of the option's flags, or the positional's metavar (or dest)."""
+    if action.option_strings:
+        return name in action.option_strings
+    return name == (action.metavar or action.dest)
+
+
 def _usage_item(action: argparse.Action, *, bracket: bool) -> str:
     if isinstance(action, argparse._SubParsersAction):
         return f"{metavar(action)} ..."
     if not action.option_strings:
-        return arguments(action)
+        item = roff.italic(str(action.metavar or action.dest))
+        return (f"[{item}]" if bracket else item) if action.nargs == "?" else arguments(action)
     args = arguments(action)
     item = roff.bold(flags(action)[0]) + (rf"\ {args}" if args else "")
     return f"[{item}]" if bracket else item

@@ -23,7 +23,7 @@ from pathlib import Path
 import verld
 from manlib import argsource, configpage, roff
 from manlib import markdown as md
-from verld import daemon
+from verld import cmdline, daemon
 from verld.config import parse_config
 from verld.ctl import cli as ctl_cli
 from verld.ctl.codes import EXIT_CODES
@@ -31,6 +31,24 @@ from verld.mqtt import main as mqtt_main
 from verld.sim.main import build_parser as sim_parser
 
 SECTION_NAMES = {1: "User Commands", 5: "File Formats", 8: "System Administration"}
+#: where an installed system has the docs: the Debian package's directory (debian/
+#: verld.docs, verld.examples), and `make install`'s with its default PREFIX
+DOC_DIR = "/usr/share/doc/verld"
+MAKE_DOC_DIR = "/usr/local/share/doc/verld"
+#: verld's ways to run (SYNOPSIS): the arguments of each, and those not in brackets
+VERLD_FORMS: list[tuple[list[str], set[str]]] = [
+    (["PORT", "--codec", "--baudrate", "--socket"], {"PORT"}),
+    (["--config", "PORT", "--codec", "--baudrate", "--socket"], set()),
+    (["--check-config"], {"--check-config"}),
+    (["--version"], {"--version"}),
+]
+#: verld-mqtt(8) is not in the Debian package (debian/verld.manpages): other pages
+#: name it only with where it comes from
+MQTT_NOTE = (
+    "The MQTT bridge for a fleet, \\fBverld\\-mqtt\\fR, is not in the Debian package: "
+    "pip installs it (docs/deploy.md, \\(lqInstalling the Debian package\\(rq), and "
+    "\\fBmake install\\fR installs it with its page, \\fBverld\\-mqtt\\fR(8)."
+)
 
 #: the example in verld.yaml(5); parsed by the real loader when the page is built
 EXAMPLE_CONFIG = """\
@@ -134,7 +152,9 @@ def _examples(page: roff.Page, parser: argparse.ArgumentParser) -> None:
         page.tp(roff.bold(command), roff.escape(_sentence(comment)) if comment else "")
 
 
-def _see_also(page: roff.Page, refs: list[str], docs: list[str]) -> None:
+def _see_also(page: roff.Page, refs: list[str], docs: list[str], more: str = "") -> None:
+    """The pages `refs` (each installed wherever this page is), then where the guides
+    `docs` are on an installed system and in the source tree, then `more` (roff)."""
     page.sh("SEE ALSO")
     pages = []
     for ref in refs:
@@ -142,13 +162,17 @@ def _see_also(page: roff.Page, refs: list[str], docs: list[str]) -> None:
         pages.append(f"{roff.bold(name)}({section})")
     page.text(", ".join(pages))
     if docs:
+        names = ", ".join(roff.italic(d.removeprefix("docs/")) for d in docs)
         page.para(
-            "The guides in verld's source tree: "
-            + ", ".join(roff.italic(d) for d in docs)
-            + "; README.md and docs/deploy.md are installed in "
-            + roff.italic("PREFIX/share/doc/verld")
-            + "."
+            f"The guides {names}: in {roff.italic(DOC_DIR + '/')} from the Debian package "
+            f"(compressed: {roff.bold(roff.escape(f'zless {DOC_DIR}/deploy.md.gz'))}), and in "
+            f"{roff.italic('docs/')} of the source tree. "
+            f"{roff.bold('make install')} puts README.md and deploy.md only in "
+            f"{roff.italic('share/doc/verld')} under its prefix ({roff.italic(MAKE_DOC_DIR)} "
+            "by default)."
         )
+    if more:
+        page.para(more)
 
 
 def _files(page: roff.Page, files: list[tuple[str, str]]) -> None:
@@ -209,9 +233,21 @@ def _systemd_files(page: roff.Page, section: md.Section) -> None:
                                   "as | what it does")  # fmt: skip
             for file, installed, what in block.rows:
                 page.tp(roff.inline(file), roff.inline(_sentence(_deploy_text(what))) +
-                        " Installed as " + roff.inline(installed) + ".")  # fmt: skip
+                        " Installed as " + roff.inline(_installed(installed)) + ".")  # fmt: skip
+            page.para(
+                "These are the Debian package's paths; "
+                + roff.bold("make install")
+                + " puts the same files under its prefix, "
+                + roff.italic("/usr/local")
+                + " by default."
+            )
         else:
             md.write_blocks(page, [_deploy(block)])
+
+
+def _installed(text: str, prefix: str = "/usr") -> str:
+    """docs/deploy.md's `PREFIX/...` paths as installed under `prefix`."""
+    return text.replace("PREFIX/", f"{prefix}/")
 
 
 def _deploy_text(text: str) -> str:
@@ -233,10 +269,14 @@ def verld_page(ctx: Context) -> str:
     parser = daemon._parser()
     page = ctx.page("verld", 8)
     _name(page, "verld", parser)
-    _synopsis(page, "verld", parser)
+    page.sh("SYNOPSIS")
+    for n, (names, required) in enumerate(VERLD_FORMS):
+        page.raw(*([".br"] if n else []), ".B verld", *argsource.form(parser, names, required))
     page.sh("DESCRIPTION")
     md.write_blocks(page, [_first(ctx, "README.md", "verld")])
     md.write_blocks(page, [_first(ctx, "docs/config.md", "verld configuration")])
+    md.write_blocks(page, [_paragraph(ctx, "docs/config.md", "verld configuration",
+                                      "**Quick start")])  # fmt: skip
     page.para(f"Every key of the file is in {roff.bold('verld.yaml')}(5).")
     page.sh("OPTIONS")
     argsource.options(page, parser, "verld")
@@ -256,21 +296,31 @@ def verld_page(ctx: Context) -> str:
         ("JOURNAL_STREAM",
          "Set by systemd when stderr is the journal: `log.format: auto` then writes "
          "journal entries with structured fields."),
+        ("XDG_RUNTIME_DIR",
+         "Where a quick start (`verld PORT`) by a user other than root puts its socket, "
+         "`verld.sock`; unset, such a quick start needs `--socket`."),
+        (cmdline.DEFAULT_CONFIG_ENV,
+         f"The file read instead of `{cmdline.DEFAULT_CONFIG}` when neither `--config` "
+         "nor PORT is given (tests, unusual layouts)."),
     ])  # fmt: skip
     _files(page, [
-        ("/etc/verld/verld.yaml", "The configuration, `verld.yaml`(5) (`--config`; "
-         "without it verld runs on built-in defaults)."),
-        ("/run/verld/verld.sock", "The API socket (`api.socket`); under systemd "
-         "`verld.socket` creates it. `verld@NAME` serves `/run/verld/NAME/verld.sock`."),
+        ("/etc/verld/verld.yaml", "The configuration, `verld.yaml`(5): what `--config` "
+         "names under systemd, and what verld reads when given neither `--config` nor "
+         "PORT (without it verld prints its usage and exits 2). As installed it lists "
+         "every key with its default and a comment."),
+        ("/run/verld/verld.sock", "The API socket (`api.socket`), also a quick start's "
+         "when run by root; under systemd `verld.socket` creates it. `verld@NAME` serves "
+         "`/run/verld/NAME/verld.sock`."),
+        ("$XDG_RUNTIME_DIR/verld.sock", "A quick start's socket when run by another user."),
         ("/run/verld/ports/", "Where virtual serial ports' links usually go "
          "(`ports[].link`; the directory must exist)."),
     ])  # fmt: skip
     _systemd_files(page, md.find(ctx.doc("docs/deploy.md"), "Deploying", "docs/deploy.md"))
     _examples(page, parser)
-    _see_also(page, ["verlctl(1)", "verld.yaml(5)", "verld-sim(1)", "verld-mqtt(8)",
+    _see_also(page, ["verlctl(1)", "verld.yaml(5)", "verld-sim(1)",
                      "systemd.service(5)", "systemd.socket(5)"],
               ["docs/deploy.md", "docs/protocol.md", "docs/architecture.md",
-               "docs/reliability.md", "docs/security.md"])  # fmt: skip
+               "docs/reliability.md", "docs/security.md"], MQTT_NOTE)  # fmt: skip
     return page.render()
 
 
@@ -312,8 +362,14 @@ def verlctl_page(ctx: Context) -> str:
         ("VERLD_SOCKET", "The socket when `--socket` is not given (it also wins over "
          "`--config`'s `api.socket`)."),
         ("VERLD_PORT", "Set by `inhibit` for its COMMAND: the device port verld let go of."),
+        ("XDG_RUNTIME_DIR", "Without `--socket`, `$VERLD_SOCKET` and `--config`: "
+         "`$XDG_RUNTIME_DIR/verld.sock` is the socket when `/run/verld/verld.sock` does "
+         "not exist and it does (a quick start's, `verld PORT` run by a user)."),
     ])  # fmt: skip
-    _files(page, [("/run/verld/verld.sock", "The default socket (`api.socket`).")])
+    _files(page, [
+        ("/run/verld/verld.sock", "The default socket (`api.socket`)."),
+        ("$XDG_RUNTIME_DIR/verld.sock", "The default when only it exists."),
+    ])  # fmt: skip
     _examples(page, parser)
     _see_also(page, ["verld(8)", "verld.yaml(5)", "journalctl(1)"],
               ["docs/verlctl.md", "docs/flashing.md", "docs/protocol.md"])  # fmt: skip
@@ -376,7 +432,7 @@ def mqtt_page(ctx: Context) -> str:
     _synopsis(page, "verld-mqtt", parser)
     page.sh("DESCRIPTION")
     section = md.find(ctx.doc(rel), "The MQTT bridge under systemd", rel)
-    md.write_blocks(page, [_deploy(section.blocks[0])])
+    md.write_blocks(page, [_make_install(_deploy(section.blocks[0]))])
     page.sh("OPTIONS")
     argsource.options(page, parser, "verld-mqtt")
     how = _paragraph(ctx, rel, "The MQTT bridge under systemd", "How it runs")
@@ -388,12 +444,19 @@ def mqtt_page(ctx: Context) -> str:
     _files(page, [
         ("/etc/verld/mqtt.yaml", "The bridge's configuration (`--config`): the broker, the "
          "devices and their sockets; mode 0640, group `verld-mqtt`. The example "
-         "`PREFIX/share/doc/verld/mqtt.yaml` lists every key."),
+         f"`{MAKE_DOC_DIR}/mqtt.yaml` (`make install`) or `{DOC_DIR}/examples/mqtt.yaml` "
+         "(the Debian package) lists every key."),
         ("/run/verld/verld.sock", "The sockets of the verld daemons it bridges."),
     ])  # fmt: skip
     _examples(page, parser)
     _see_also(page, ["verld(8)", "verlctl(1)", "mosquitto(8)"], [rel])
     return page.render()
+
+
+def _make_install(block: md.Block) -> md.Block:
+    """A block about `make install`, its `PREFIX/...` paths as its default prefix makes them."""
+    return md.Block(block.kind, [_installed(i, "/usr/local") for i in block.items], block.rows,
+                    block.line)  # fmt: skip
 
 
 def config_page(ctx: Context) -> str:
@@ -407,15 +470,18 @@ def config_page(ctx: Context) -> str:
     page.sh("SYNOPSIS")
     page.text(roff.italic("/etc/verld/verld.yaml"))
     page.sh("DESCRIPTION")
-    md.write_blocks(page, top.blocks)
+    md.write_blocks(page, [_without(b, "In a checkout") if b.kind == "para" else b
+                           for b in top.blocks])  # fmt: skip
     page.sh("KEYS")
     configpage.write_keys(page, sections)
     configpage.write_other(page, sections)
     page.sh("EXAMPLE")
     page.code(EXAMPLE_CONFIG.splitlines())
     _files(page, [
-        ("/etc/verld/verld.yaml", "The configuration `verld`(8) reads under systemd."),
-        ("PREFIX/share/doc/verld/verld.yaml", "Every key with its default and a comment."),
+        ("/etc/verld/verld.yaml", "The configuration `verld`(8) reads under systemd, and "
+         "when given neither `--config` nor a device; as installed, every key with its "
+         "default and a comment."),
+        (f"{DOC_DIR}/examples/modbus.yaml", "A Modbus bus, commented (the Debian package)."),
     ])  # fmt: skip
     _see_also(page, ["verld(8)", "verlctl(1)"], [rel, "docs/deploy.md", "docs/ports.md",
                                                  "docs/modbus.md"])  # fmt: skip

@@ -15,6 +15,7 @@ from verld.client.blocking import Client
 from verld.client.messages import (
     DEFAULT_SOCKET,
     ClientError,
+    PermissionDenied,
     RemoteFailure,
     Reply,
     Unreachable,
@@ -29,6 +30,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ClientError",
+    "PermissionDenied",
     "RemoteFailure",
     "Reply",
     "Unreachable",

@@ -18,6 +18,7 @@ from verld.client.messages import (
     Unreachable,
     call_request,
     check,
+    connect_failed,
     encode_message,
     error_from,
     is_connection_error,
@@ -55,9 +56,7 @@ class AsyncClient(Engine):
         try:
             self._reader, self._writer = await asyncio.open_unix_connection(self.socket_path)
         except OSError as exc:
-            raise Unreachable(
-                f"cannot connect to {self.socket_path}: {exc.strerror or exc}"
-            ) from None
+            raise connect_failed(self.socket_path, exc) from None
         self._task = asyncio.create_task(self._read_loop(self._reader))
         if self.name is not None:
             await self.request("hello", client=self.name)

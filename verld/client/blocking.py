@@ -21,6 +21,7 @@ from verld.client.messages import (
     Unreachable,
     call_request,
     check,
+    connect_failed,
     encode_message,
     is_connection_error,
     is_event,
@@ -55,7 +56,7 @@ def _try_connect(path: str) -> socket.socket | None:
         return None
     except OSError as exc:
         sock.close()
-        raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
+        raise connect_failed(path, exc) from None
     return sock
 
 

@@ -8,9 +8,14 @@ stream into bodies and `parse_message` turns one body into a message.
 from __future__ import annotations
 
 import base64
+import errno
+import grp
 import os
+import pwd
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from verld import wire
@@ -39,6 +44,11 @@ class Unreachable(ClientError):
         super().__init__("unreachable", message)
 
 
+class PermissionDenied(Unreachable):
+    """The socket (or a directory on its path) may not be opened by this user
+    (EACCES): the message names its owner, group and mode and what to do."""
+
+
 class RemoteFailure(ClientError):
     """The device answered status 0xFF (remote execution failed)."""
 
@@ -65,6 +75,83 @@ class Reply:
 def default_socket() -> str:
     """$VERLD_SOCKET, else the system default."""
     return os.environ.get("VERLD_SOCKET") or DEFAULT_SOCKET
+
+
+def connect_failed(path: str, exc: OSError) -> Unreachable:
+    """The error for a connect to `path` that failed with `exc`."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return PermissionDenied(permission_denied(path))
+    return Unreachable(f"cannot connect to {path}: {exc.strerror or exc}")
+
+
+def permission_denied(path: str) -> str:
+    """Why this user may not open the socket `path`, and what to do about it.
+
+    The culprit is the first directory on the way this user may not search, else the
+    socket itself (connect needs write permission on it). Its owner, group and mode
+    are named; the way in is its group, when the mode lets the group in and the group
+    is not root's: join it (or, already a member in /etc/group, log in again).
+    Otherwise: run as its owner, or give the socket a group (a directory: move it).
+    """
+    culprit, need = path, stat.S_IWGRP
+    for parent in reversed(Path(path).parents):
+        if not os.access(parent, os.X_OK):
+            culprit, need = str(parent), stat.S_IXGRP
+            break
+    try:
+        st = os.stat(culprit)
+    except OSError as exc:
+        return f"permission denied on {path} ({culprit}: {exc.strerror or exc})"
+    owner, group = _user_name(st.st_uid), _group_name(st.st_gid)
+    where = (
+        f"permission denied on {culprit} (owner {owner}, group {group}, "
+        f"mode {stat.S_IMODE(st.st_mode):04o})"
+    )
+    if culprit != path:
+        where += f", the directory of {path}"
+    if st.st_gid == 0 or not st.st_mode & need:
+        if culprit != path:
+            return (
+                f"{where}: only {owner} may enter it; run as {owner} (sudo), or put "
+                "verld's api.socket in a directory its users may enter"
+            )
+        return (
+            f"{where}: only {owner} may open it; run as {owner} (sudo), or set verld's "
+            'api.group to a group of its users (with api.mode "0660")'
+        )
+    if _member_elsewhere(group, st.st_gid):
+        return (
+            f"{where}: you are in group '{group}', but this login session is not yet: "
+            f"log in again (or run newgrp {group})"
+        )
+    return f"{where}: join group '{group}' (sudo usermod -aG {group} $USER, then log in again)"
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _member_elsewhere(group: str, gid: int) -> bool:
+    """This user is in `group` by /etc/group (or as its primary group) but this
+    process does not have it: the membership came after this login."""
+    if gid in os.getgroups() or gid == os.getgid():
+        return False
+    try:
+        user = pwd.getpwuid(os.getuid())
+        members = grp.getgrgid(gid).gr_mem
+    except KeyError:
+        return False
+    return user.pw_name in members or user.pw_gid == gid
 
 
 def encode_message(obj: Mapping[str, Any]) -> bytes:

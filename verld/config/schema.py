@@ -27,7 +27,7 @@ from verld.config.model import (
     LogConfig,
 )
 from verld.config.sections import CONFIG, SECTION_KEYS
-from verld.config.suggest import unknown_section
+from verld.config.suggest import unknown_flat_key, unknown_section
 from verld.config.validate import (
     BadValue,
     Context,
@@ -53,27 +53,22 @@ class _Flat:
     adapter: str | None = None
 
 
-def _flat_port(item: Item) -> int:
-    if isinstance(item.value, str) and not is_number(item.value):
-        raise BadValue(
-            f"expected a TCP port 1..65535, got {item.value!r} (in the reference flat "
-            "format; a serial device goes under device: port: in the sectioned format)"
-        )
-    return int(leaves.integer(1, 65535, "a TCP port")(item))
-
-
 _FLAT = Section(
     _Flat,
     {
         "host": leaves.host,
-        "port": _flat_port,
+        "port": leaves.integer(1, 65535, "a TCP port"),
         "timeout": leaves.seconds(zero_ok=False),
         "retry": leaves.integer(0),
         "log_level": leaves.choice(LOG_LEVELS, str.upper),
         "adapter": leaves.optional(leaves.choice(CODECS)),
     },
+    unknown=lambda key, flat: unknown_flat_key(key, flat, SECTION_KEYS),
 )
-#: where each flat key lives in the sectioned format
+#: where each flat key lives in the sectioned format (host: no key of its own)
+_FLAT_PATH = {"timeout": "device.timeout", "retry": "device.retry", "log_level": "log.level",
+              "adapter": "device.codec"}  # fmt: skip
+#: the same, as the mixed-format message says it
 _FLAT_EQUIVALENT = {
     "host": "device.port: tcp://HOST:PORT",
     "port": "device.port: tcp://HOST:PORT",
@@ -96,8 +91,10 @@ def root_config(item: Item) -> Config:
     keys = [k for k in item.value if isinstance(k, str)]
     flat = [k for k in keys if k in _FLAT.keys]
     sections = [k for k in keys if k in CONFIG.keys]
-    if flat and not sections:
+    if flat and not sections and not _device_path(item.value.get("port")):
         return _codec_defaults(_from_flat(build(item, _FLAT)), set(flat))
+    # sections, or a device path as the top-level port (`port: /dev/ttyUSB0`): keys
+    # meant for sections, each named where it goes
     device = item.value.get("device")
     given_keys = (
         {k for k in device if isinstance(k, str)} if isinstance(device, MarkedMap) else set()
@@ -121,7 +118,7 @@ def _sectioned(item: Item, flat: list[str], sections: list[str]) -> Config:
     for key, child in item.children():
         section = CONFIG.keys.get(key) if isinstance(key, str) else None
         if key in flat:
-            item.ctx.error(child, _mixed(key, sections))
+            item.ctx.error(child, _misplaced(key, child, sections))
         elif section is None:
             item.ctx.error(child, unknown_section(key, SECTION_KEYS))
         elif not isinstance(section, Section):  # a list (ports): its own checker
@@ -135,6 +132,26 @@ def _sectioned(item: Item, flat: list[str], sections: list[str]) -> Config:
             except BadValue as exc:
                 item.ctx.error(child, str(exc))
     return Config(**kwargs)
+
+
+def _device_path(value: Any) -> bool:
+    """A top-level `port` that is not a TCP port number: a device meant for device.port."""
+    return isinstance(value, str) and not is_number(value)
+
+
+def _misplaced(key: str, child: Item, sections: list[str]) -> str:
+    """A flat key in a file that is not in the flat format (sections, or a device path
+    as its port)."""
+    if key == "port" and _device_path(child.value):
+        return (
+            f"expected a TCP port 1..65535 (the reference flat format), got {given(child)}; "
+            "did you mean 'device.port'?"
+        )
+    if sections:
+        return _mixed(key, sections)
+    if key in _FLAT_PATH:
+        return f"unknown key; did you mean '{_FLAT_PATH[key]}'?"
+    return "unknown key beside a device path as port; a TCP device is device.port: tcp://HOST:PORT"
 
 
 def _mixed(key: str, sections: list[str]) -> str:

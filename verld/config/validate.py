@@ -15,7 +15,7 @@ This module knows nothing about particular keys: the leaf checkers live in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -172,10 +172,12 @@ Check = Callable[[Item], Any]
 
 @dataclass(frozen=True, slots=True)
 class Section:
-    """A mapping of known keys, built into `cls`."""
+    """A mapping of known keys, built into `cls`; `unknown` words the message for a key
+    that is none of them (given the key and the valid names)."""
 
     cls: Callable[..., Any]
     keys: Mapping[str, Check | Section]
+    unknown: Callable[[Any, Collection[str]], str] = unknown_key
 
 
 def build(item: Item, section: Section) -> Any:
@@ -184,7 +186,7 @@ def build(item: Item, section: Section) -> Any:
     for key, child in item.children():
         check = section.keys.get(key) if isinstance(key, str) else None
         if check is None:
-            item.ctx.error(child, unknown_key(key, section.keys))
+            item.ctx.error(child, section.unknown(key, section.keys))
             continue
         try:
             kwargs[key] = build(child, check) if isinstance(check, Section) else check(child)

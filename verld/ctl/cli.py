@@ -12,11 +12,12 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
 from verld import __version__
-from verld.client import Client, ClientError, default_socket
+from verld.client import DEFAULT_SOCKET, Client, ClientError, PermissionDenied, Unreachable
 from verld.config import load_config
 from verld.ctl.codes import USAGE, Usage, exit_code
 from verld.ctl.commands import COMMANDS, cmd_logs_journal
@@ -31,6 +32,7 @@ EPILOG = """examples:
   verlctl events                         print device and link events until Ctrl-C
 
 socket: --socket, else $VERLD_SOCKET, else --config's api.socket, else /run/verld/verld.sock
+        (or $XDG_RUNTIME_DIR/verld.sock, a quick-start verld's, when only that one exists)
 exit codes: 0 ok, 1 device error, 2 usage, 3 unreachable, 4 timeout/link down,
             5 forbidden, 6 busy
 """
@@ -157,8 +159,22 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _socket_path(args: argparse.Namespace) -> str:
-    """--socket, else $VERLD_SOCKET, else --config's api.socket, else the default."""
+def default_socket(env: Mapping[str, str] = os.environ, system: str = DEFAULT_SOCKET) -> str:
+    """$VERLD_SOCKET, else `system` (/run/verld/verld.sock), else
+    $XDG_RUNTIME_DIR/verld.sock when only that one exists (where `verld PORT` run by
+    this user listens)."""
+    if env.get("VERLD_SOCKET"):
+        return env["VERLD_SOCKET"]
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime) and not os.path.lexists(system):
+        mine = os.path.join(runtime, "verld.sock")
+        if os.path.lexists(mine):
+            return mine
+    return system
+
+
+def _socket_path(args: argparse.Namespace) -> str | None:
+    """--socket, else $VERLD_SOCKET, else --config's api.socket; None: the default."""
     if getattr(args, "socket", None):
         return str(args.socket)
     config = getattr(args, "config", None)
@@ -167,7 +183,7 @@ def _socket_path(args: argparse.Namespace) -> str:
             return load_config(config).api.socket
         except ConfigError as exc:
             raise Usage(f"--config: {exc}") from None
-    return default_socket()
+    return os.environ.get("VERLD_SOCKET") or None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -175,7 +191,19 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_logs_journal(args)
     if args.command == "logs" and (args.unit or args.match):
         raise Usage("-u/--unit and FIELD=VALUE matches read the journal: add --journal")
-    with Client(_socket_path(args), timeout=60.0) as c:
+    path = _socket_path(args)
+    try:
+        client = Client(path or default_socket(), timeout=60.0).connect()
+    except PermissionDenied:
+        raise
+    except Unreachable as exc:
+        if path is None:  # the default: say how another socket is named
+            hint = (
+                "is verld running? (--socket PATH, $VERLD_SOCKET or --config FILE name its socket)"
+            )
+            raise Unreachable(f"{exc.message}; {hint}") from None
+        raise
+    with client as c:
         return COMMANDS[args.command](c, args)
 
 
@@ -183,7 +211,10 @@ def _failed(args: argparse.Namespace, exc: ClientError) -> int:
     """Report an error reply (also as JSON with --json); its exit code."""
     if args.json:
         print(json.dumps({"error": {"code": exc.code, "message": exc.message}}), flush=True)
-    print(f"verlctl: {exc.code}: {exc.message}", file=sys.stderr)
+    if isinstance(exc, PermissionDenied):  # the message says it all: "permission denied on ..."
+        print(f"verlctl: {exc.message}", file=sys.stderr)
+    else:
+        print(f"verlctl: {exc.code}: {exc.message}", file=sys.stderr)
     return exit_code(exc.code)
 
 

@@ -30,8 +30,9 @@ from verld.fronts.api.ops import OPS
 from verld.fronts.base import Core
 from verld.logs import RING
 from verld.metrics import prometheus_text
+from verld.ownership import Lock
 from verld.roles import role_for
-from verld.sockfile import clear_stale_socket, set_group
+from verld.sockfile import claim_socket, clear_stale_socket, set_group
 
 log = structlog.get_logger("verld.server")
 
@@ -59,6 +60,7 @@ class ApiServer:
         self._serial = 0
         self._server: asyncio.AbstractServer | None = None
         self._owned_path: tuple[str, int, int] | None = None
+        self._lock: Lock | None = None  #: SOCKET.lock while we own api.socket
         core.listeners.append(self.fanout)
         RING.listener = self.fanout.log_record
 
@@ -67,23 +69,26 @@ class ApiServer:
         self._serial += 1
         return ClientConn(self, self._serial)
 
-    async def start(self, listen_sock: socket.socket | None = None) -> None:
-        """Serve the given (socket-activated) socket, or bind `api.socket`."""
+    async def start(
+        self, listen_sock: socket.socket | None = None, *, lock: Lock | None = None
+    ) -> None:
+        """Serve the given (socket-activated) socket, or bind `api.socket`, owning it
+        by `lock` (`sockfile.claim_socket`'s, taken here when not given; `close`
+        releases it, and removes the file once bound, even when `start` failed after
+        the bind). `SocketInUse` or OSError when it cannot."""
         loop = asyncio.get_running_loop()
         if listen_sock is not None:
             self._server = await loop.create_unix_server(self._new_conn, sock=listen_sock)
             return
         path = self.cfg.api.socket
-        clear_stale_socket(path)
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
+        self._lock = lock if lock is not None else claim_socket(path)
+        clear_stale_socket(path)  # (a leftover: nobody holds its lock)
         self._server = await loop.create_unix_server(self._new_conn, path=path)
+        st = os.stat(path)
+        self._owned_path = (path, st.st_dev, st.st_ino)
         os.chmod(path, self.cfg.api.mode)  # after bind: correct under any umask
         if self.cfg.api.group is not None:
             set_group(path, self.cfg.api.group)
-        st = os.stat(path)
-        self._owned_path = (path, st.st_dev, st.st_ino)
 
     async def stop_accepting(self) -> None:
         if self._server is not None:
@@ -103,6 +108,10 @@ class ApiServer:
                     os.unlink(path)
             except OSError:
                 pass
+            self._owned_path = None
+        if self._lock is not None:
+            self._lock.release()  # (after the unlink: the next verld finds the path free)
+            self._lock = None
         RING.listener = None
 
     # --- clients --------------------------------------------------------------------------

@@ -11,6 +11,15 @@ broadcast and gets no response at all. A malformed MBAP header closes that
 connection only; one silent for `idle_timeout` is closed; connections beyond
 `max_connections` are closed at once. What a connection may hold is bounded: past
 `api.client_queue` unanswered requests it is not read until it catches up.
+
+One turn of the event loop serves at most `TURN` requests of one connection. A master
+may pipeline thousands of requests in one write, and requests that end at once (an
+offline unit, `read_only`, beyond its share: `busy`) never count toward its share, so
+without the bound one read could keep verld from everything else for a long while:
+from reading the device's replies in time (another master's call would time out with
+its answer already waiting) and from serving the other connections. The rest wait in
+the connection's backlog, which is served a turn at a time, and the connection is not
+read until it is empty. The answers of one turn go out in one write.
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ log = structlog.get_logger("verld.modbus")
 
 #: a slot whose call needs no response (a broadcast)
 _NOTHING = b""
+#: requests of one connection served per turn of the event loop (see the module docstring)
+TURN = 64
 
 
 class ModbusStats:
@@ -70,6 +81,11 @@ class ModbusConn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.decoder = RequestDecoder()
         self.slots: deque[_Slot] = deque()
+        #: requests read and not yet served: more than one turn's worth came at once
+        self.backlog: deque[tuple[int, bytes]] = deque()
+        self._turn: asyncio.Handle | None = None
+        #: while serving a turn: the answers it completes, written together at its end
+        self._out: list[bytes] | None = None
         self.closed = False
         self._paused_reading = False
         self._paused_writing = False
@@ -100,18 +116,44 @@ class ModbusConn(asyncio.Protocol):
             return
         if not requests:
             return
+        if len(requests) <= TURN and not self.backlog:
+            self._serve(requests)
+            return
+        self.backlog.extend(requests)
+        self._next_turn()
+
+    def _next_turn(self) -> None:
+        """Serve one turn's worth of the backlog; the rest in a later turn of the loop."""
+        self._turn = None
+        if self.closed:
+            return
+        backlog = self.backlog
+        self._serve([backlog.popleft() for _ in range(min(TURN, len(backlog)))])
+        if backlog and not self.closed:
+            self._turn = asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _serve(self, requests: list[tuple[int, bytes]]) -> None:
         core = self.front.core
+        self._out = []
         core.hold()  # a pipelined burst goes to the device in one write
         try:
             for tid, request in requests:
                 self._request(tid, request)
         finally:
             core.flush()
+            out, self._out = self._out, None
+            if out and not self.closed and self.transport is not None:
+                self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self._read_or_not()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self._idle is not None:
             self._idle.cancel()
+        if self._turn is not None:
+            self._turn.cancel()
+            self._turn = None
+        self.backlog.clear()
         self.front.detach(self)
 
     def pause_writing(self) -> None:
@@ -148,7 +190,6 @@ class ModbusConn(asyncio.Protocol):
         # what socket activation started verld for), the call waits for it.
         wait = front.core.session.link.state is LinkState.CONNECTING
         front.core.submit(front.core.make_call(self, request, done, req_id=tid, wait=wait))
-        self._read_or_not()
 
     def _fill(self, slot: _Slot, frame: bytes) -> None:
         slot.frame = frame
@@ -157,11 +198,16 @@ class ModbusConn(asyncio.Protocol):
         slots = self.slots
         if slots[0] is not slot:
             return  # an earlier request's answer is still to come
-        out: list[bytes] = []
+        out = self._out
+        corked = out is not None  # (within a turn: written at its end)
+        if out is None:
+            out = []
         while slots and slots[0].frame is not None:
             done = slots.popleft().frame
             if done:
                 out.append(done)
+        if corked:
+            return
         if out and not self.closed and self.transport is not None:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
         self._read_or_not()
@@ -170,7 +216,11 @@ class ModbusConn(asyncio.Protocol):
         """Stop reading while the peer does not read, or holds too many requests."""
         if self.closed or self.transport is None:
             return
-        hold = self._paused_writing or len(self.slots) >= self.front.cfg.api.client_queue
+        hold = (
+            self._paused_writing
+            or bool(self.backlog)
+            or len(self.slots) >= self.front.cfg.api.client_queue
+        )
         if hold and not self._paused_reading:
             self._paused_reading = True
             self.transport.pause_reading()
@@ -193,7 +243,7 @@ class ModbusConn(asyncio.Protocol):
         if self.front.idle_timeout <= 0:
             return  # (turned off by a reload)
         due = self._quiet_since + self.front.idle_timeout
-        if loop.time() < due or self.slots:  # spoke since, or still waiting for answers
+        if loop.time() < due or self.slots or self.backlog:  # spoke since, or still busy
             self._idle = loop.call_at(max(due, loop.time() + 0.05), self._check_idle)
             return
         log.info("modbus_idle_closed", client=repr(self), idle_timeout=self.front.idle_timeout)
@@ -205,6 +255,41 @@ class ModbusConn(asyncio.Protocol):
             self.transport.close()
 
 
+async def bind_listen(listen: str) -> list[socket.socket]:
+    """`modbus.listen` ("HOST:PORT") bound and listening, one socket per address the
+    host resolves to, as `loop.create_server` binds them (SO_REUSEADDR, IPV6_V6ONLY).
+
+    Listening at once, not only bound: on Linux two sockets with SO_REUSEADDR may
+    bind the same address while neither listens, so a bind alone would let two
+    starting verlds both think they have it. OSError ("cannot listen on
+    HOST:PORT: ...") when any address cannot be had; nothing stays open then.
+    """
+    host, port = host_port(listen)
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(100)
+            sock.setblocking(False)
+    except OSError as exc:
+        for sock in socks:
+            sock.close()
+        raise OSError(exc.errno, f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    if not socks:
+        raise OSError(f"cannot listen on {listen}: no address for {host}")
+    return socks
+
+
 class ModbusServer:
     """The Modbus TCP front over one core."""
 
@@ -214,7 +299,7 @@ class ModbusServer:
         self.stats = ModbusStats()
         self.conns: set[ModbusConn] = set()
         self.idle_timeout = 0.0  #: (set by `configure`)
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
         self._serial = 0
         self.address = ""  #: where it listens, "HOST:PORT"
         self.configure(cfg)
@@ -232,17 +317,33 @@ class ModbusServer:
         self.rtu = cfg.device.codec == "modbus-rtu"
 
     # --- listening ------------------------------------------------------------------------
-    async def start(self, listen_sock: socket.socket | None = None) -> None:
-        """Serve the given (socket-activated) socket, or bind `modbus.listen`."""
+    async def start(
+        self,
+        listen_sock: socket.socket | None = None,
+        *,
+        bound: list[socket.socket] | None = None,
+    ) -> None:
+        """Serve the given (socket-activated) socket, or `modbus.listen`: the sockets
+        `bind_listen` made for it earlier (`bound`, the daemon's, so that a taken
+        address stops the start before anything is created), else bound here.
+        OSError when it cannot; the sockets are closed then."""
         loop = asyncio.get_running_loop()
         if listen_sock is not None:
-            self._server = await loop.create_server(self._new_conn, sock=listen_sock)
+            socks = [listen_sock]
+        elif bound is not None:
+            socks = bound
         else:
-            listen = self.cfg.modbus.listen
-            assert listen is not None
-            host, port = host_port(listen)
-            self._server = await loop.create_server(self._new_conn, host, port, reuse_address=True)
-        name = self._server.sockets[0].getsockname()
+            assert self.cfg.modbus.listen is not None
+            socks = await bind_listen(self.cfg.modbus.listen)
+        try:
+            for sock in socks:
+                self._servers.append(await loop.create_server(self._new_conn, sock=sock))
+        except BaseException:
+            await self.close()
+            for sock in socks if listen_sock is None else ():
+                sock.close()
+            raise
+        name = socks[0].getsockname()
         self.address = f"[{name[0]}]:{name[1]}" if ":" in name[0] else f"{name[0]}:{name[1]}"
         log.info("modbus_listening", listen=self.address, read_only=self.read_only)
 
@@ -252,9 +353,9 @@ class ModbusServer:
 
     async def close(self) -> None:
         """Stop listening and close every connection."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
         for conn in list(self.conns):
             conn.close()
 

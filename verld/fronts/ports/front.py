@@ -5,7 +5,10 @@ the ports with `events: true`; all the per-program work is `port.VirtualPort`'s.
 Ports are keyed by their link: a reload keeps the pty of every link still in the
 config (with the entry's new settings), closes the ptys of links that went (their
 programs see a hang-up) and creates the new ones; a change of the codec or of its
-framing settings gives every port a new decoder and forgets their calls.
+framing settings gives every port a new decoder and forgets their calls. Each
+port owns its link by a lock (`LINK.lock`, `pty.claim_link`): taken before its
+pty is made, at start by the daemon for every link at once, on reload by the port
+itself, and let go when the port closes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from verld.fronts.base import Core
 from verld.fronts.ports.port import VirtualPort
 from verld.fronts.ports.pty import PortSetupError
 from verld.link import Transition
+from verld.ownership import Lock
 
 log = structlog.get_logger("verld.ports")
 
@@ -35,16 +39,23 @@ class PortsFront:
         self.ports: dict[str, VirtualPort] = {}
         core.front("port")  # (its calls show as 0 before the first)
 
-    def start(self) -> None:
+    def start(self, claims: dict[str, Lock] | None = None) -> None:
         """Create every configured port; `PortSetupError` for the first that cannot
-        be (those made before it are closed by the caller's `close`)."""
+        be (those made before it are closed by the caller's `close`). `claims` are
+        the links' locks the daemon took before creating anything (`claim_link`),
+        each handed to its port, which releases it at `close`; a link not in
+        `claims` is claimed here."""
         for entry in self.cfg.ports:
             port = VirtualPort(self.core, self.cfg, entry)
+            lock = None if claims is None else claims.pop(entry.link, None)
+            if lock is not None:
+                port.pty.adopt(lock)
             port.open()
             self.ports[entry.link] = port
 
     def close(self) -> None:
-        """Close every port and remove its link."""
+        """Close every port, remove its link (if it still points at the port's pty)
+        and let the link's lock go."""
         for port in list(self.ports.values()):
             port.close()
         self.ports.clear()
@@ -56,7 +67,7 @@ class PortsFront:
         reframe = any(k.startswith(_FRAMING_KEYS) for k in changed_keys(old, new))
         wanted = {entry.link: entry for entry in new.ports}
         for link in [link for link in self.ports if link not in wanted]:
-            self.ports.pop(link).close()
+            self.ports.pop(link).close()  # (its lock too: another verld may take it now)
             log.info("port_removed", link=link)
         for link, entry in wanted.items():
             port = self.ports.get(link)
@@ -71,6 +82,9 @@ class PortsFront:
                 port.reset_framing(new)
 
     def _create(self, cfg: Config, link: str, entry: PortConfig) -> None:
+        """A port added by a reload: its link claimed like at start; one another
+        process owns (or that cannot be made) is logged and left out, the daemon
+        goes on."""
         port = VirtualPort(self.core, cfg, entry)
         try:
             port.open()

@@ -5,6 +5,11 @@ and group, and keeps a symlink `link` to that node; verld talks to the program
 through the master end, non-blocking. No codec logic here: the front feeds what
 `read` returns to `framing.py` and writes what it encodes.
 
+The link is owned by a lock (`claim_link`: an flock on `LINK.lock`, see
+`verld.ownership`), taken before the pty is made and let go after the link is
+removed: a link another running verld holds is never re-pointed or removed, and
+`close` removes the link only while it still points at this pty.
+
 Facts measured on Linux (6.x, devpts), which the code relies on:
 
 - **No slave fd open → POLLHUP.** With no process holding the slave open,
@@ -61,6 +66,7 @@ import termios
 import tty
 
 from verld.errors import ServeError
+from verld.ownership import Lock, LockHeld, acquire, lock_path
 
 #: seconds between `program_attached()` polls while no program has the port open
 POLL_INTERVAL = 0.5
@@ -92,33 +98,62 @@ class PtyPort:
         self._attached = False  # as last seen by program_attached()
         self._poller = select.poll()
         self._termios_reported = False  # fix_termios said True since the last attach
+        self._lock: Lock | None = None  #: LINK.lock while we own the link
 
     # -- lifecycle -------------------------------------------------------------
 
+    def claim(self) -> None:
+        """Own the link (`claim_link`) unless already owned; `PortSetupError` if not."""
+        if self._lock is None or not self._lock.held:
+            self._lock = claim_link(self.link)
+
+    def adopt(self, lock: Lock) -> None:
+        """Own the link by a lock `claim_link` took earlier (the daemon claims every
+        link before it creates anything); `close` releases it."""
+        if self._lock is not None and self._lock is not lock:
+            self._lock.release()
+        self._lock = lock
+
     def open(self) -> None:
-        """Create the pty and the link; `PortSetupError` says why it cannot."""
+        """Own the link, create the pty and place the link; `PortSetupError` says why
+        it cannot (and the link's lock is let go)."""
         if self._master >= 0:
             return
-        self._check_link()
+        self.claim()
+        try:
+            self._master, self._slave_path = self._create_pty()
+        except BaseException:
+            self._release()
+            raise
+        self._attached = False
+        self._termios_reported = False
+        self._poller = select.poll()  # one for the pty's life: a poll per write is hot
+        self._poller.register(self._master, select.POLLOUT)
+
+    def _create_pty(self) -> tuple[int, str]:
         gid = _resolve_gid(self.group)
-        master, slave = os.openpty()  # non-inheritable; glibc opens the slave O_NOCTTY
+        try:
+            master, slave = os.openpty()  # non-inheritable; glibc opens the slave O_NOCTTY
+        except OSError as exc:
+            raise PortSetupError(f"port {self.link}: cannot create a pty: {_why(exc)}") from None
         try:
             path = os.ttyname(slave)
             tty.setraw(slave)
             os.set_blocking(master, False)
             _set_node(path, self.mode, gid)
             self._place_link(path)
-        except OSError as exc:
+        except (OSError, termios.error) as exc:
             os.close(master)
-            raise PortSetupError(f"port {self.link}: {_why(exc)}") from None
+            why = _why(exc) if isinstance(exc, OSError) else str(exc)
+            raise PortSetupError(f"port {self.link}: {why}") from None
         finally:
             os.close(slave)  # keep none: an open slave fd hides the program's closes
-        self._master = master
-        self._slave_path = path
-        self._attached = False
-        self._termios_reported = False
-        self._poller = select.poll()  # one for the pty's life: a poll per write is hot
-        self._poller.register(master, select.POLLOUT)
+        return master, path
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def set_access(self, mode: int, group: str | int | None) -> None:
         """New `mode` and `group` for the node (at once when open); `PortSetupError`
@@ -131,18 +166,19 @@ class PtyPort:
         self.mode, self.group = mode, group
 
     def close(self) -> None:
-        """Remove the link (if it is still ours) and close the pty; idempotent."""
-        if self._master < 0:
-            return
-        try:
-            if os.readlink(self.link) == self._slave_path:
-                os.unlink(self.link)
-        except OSError:
-            pass  # gone, or replaced by someone else: not ours to remove
-        os.close(self._master)  # the program sees a hang-up; /dev/pts/N disappears
-        self._master = -1
-        self._slave_path = ""
-        self._attached = False
+        """Remove the link (if it still points at our pty), close the pty, then let
+        the link's lock go; idempotent."""
+        if self._master >= 0:
+            try:
+                if os.readlink(self.link) == self._slave_path:
+                    os.unlink(self.link)
+            except OSError:
+                pass  # gone, or replaced by someone else: not ours to remove
+            os.close(self._master)  # the program sees a hang-up; /dev/pts/N disappears
+            self._master = -1
+            self._slave_path = ""
+            self._attached = False
+        self._release()  # (last: the next verld finds the link free)
 
     def __enter__(self) -> PtyPort:
         self.open()
@@ -150,20 +186,6 @@ class PtyPort:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _check_link(self) -> None:
-        directory = os.path.dirname(os.path.abspath(self.link))
-        if not os.path.isdir(directory):
-            raise PortSetupError(f"port {self.link}: directory {directory} does not exist")
-        try:
-            st = os.lstat(self.link)
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(st.st_mode) and _PTS.fullmatch(os.readlink(self.link)):
-            return  # a link an earlier verld left: replaced in _place_link
-        raise PortSetupError(
-            f"port {self.link}: exists and is not a link to a pty; not touching it"
-        )
 
     def _place_link(self, target: str) -> None:
         tmp = f"{self.link}.{os.getpid()}.tmp"
@@ -298,6 +320,47 @@ class PtyPort:
             if exc.errno in (errno.EIO, errno.ENXIO):
                 return DETACHED
             raise
+
+
+def claim_link(link: str) -> Lock:
+    """Own a port's link before anything is created: its lock, then what is there.
+
+    `PortSetupError` (nothing touched) when the link's directory does not exist,
+    another process holds `LINK.lock` (named: "pid 812 (verld)"), or the path is
+    something other than a symlink to a pty. With the lock ours, a symlink to a pty
+    there is a leftover of an earlier run: `open` re-points it.
+    """
+    directory = os.path.dirname(os.path.abspath(link))
+    if not os.path.isdir(directory):
+        raise PortSetupError(f"port {link}: directory {directory} does not exist")
+    try:
+        lock = acquire(link)
+    except LockHeld as exc:
+        raise PortSetupError(
+            f"port {link} belongs to {exc.holder}, which holds {exc.path}; not touching it"
+        ) from None
+    except OSError as exc:
+        raise PortSetupError(
+            f"port {link}: cannot lock {lock_path(link)}: {exc.strerror or exc}"
+        ) from None
+    try:
+        _check_link(link)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _check_link(link: str) -> None:
+    try:
+        st = os.lstat(link)
+        if stat.S_ISLNK(st.st_mode) and _PTS.fullmatch(os.readlink(link)):
+            return  # a link an earlier verld left: replaced in _place_link
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise PortSetupError(f"port {link}: {_why(exc)}") from None
+    raise PortSetupError(f"port {link}: exists and is not a link to a pty; not touching it")
 
 
 def _set_node(path: str, mode: int, gid: int) -> None:
