@@ -91,10 +91,12 @@ class Timekeeper:
         retry = call.tries <= call.retry and not call.is_ping
         # Modbus: a call's timeout is its unit's silence, not the port's: it never
         # counts, and no probe follows it (the heartbeat pings take their unit's turn).
-        # Without seqs a client's call keeps the line quiet until the device's own time
-        # to answer (device.timeout) has passed, however short the call's timeout.
+        # Without seqs a client's call, done, keeps the line quiet until the device's own
+        # time to answer (device.timeout) has passed, however short the call's timeout:
+        # the next call may be another client's. (Its own retry is the same request, so
+        # a late answer to the try before would be the right one.)
         sent = call.deadline - call.timeout
-        hold = 0.0 if call.is_ping else sent + s.cfg.device.timeout
+        hold = 0.0 if call.is_ping or retry else sent + s.cfg.device.timeout
         after, probe = s.link.timed_out(
             self.clock.time(), seqs=s.codec.pipelined, ping=call.is_ping,
             spent=not retry and not call.is_ping and bus is None,
