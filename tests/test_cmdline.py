@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import SimProc, stop_process, wait_for, write_config
+from support import SimProc, skip_unless_nobody_can_import, stop_process, wait_for, write_config
 
 from verld.client import Client, Unreachable
 from verld.cmdline import (
@@ -413,6 +413,7 @@ def as_nobody() -> list[str]:
         return []
     if shutil.which("setpriv") is None:
         pytest.skip("running as another user needs setpriv")
+    skip_unless_nobody_can_import()
     return ["setpriv", f"--reuid={NOBODY}", "--regid=nogroup", "--clear-groups"]
 
 

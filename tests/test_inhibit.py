@@ -27,7 +27,14 @@ from typing import Any
 
 import pytest
 from inhibit_device import REPLY, REQUEST, talk
-from support import DaemonProc, SimProc, stop_process, wait_for, write_config
+from support import (
+    DaemonProc,
+    SimProc,
+    skip_unless_nobody_can_import,
+    stop_process,
+    wait_for,
+    write_config,
+)
 
 from verld.client import Client, ClientError
 from verld.codec.verl import FrameDecoder, VerlFrame, encode_frame
@@ -393,6 +400,7 @@ def test_second_inhibit_is_busy(sim: SimProc, daemon: DaemonProc) -> None:
 @pytest.mark.timeout(30)
 def test_non_admin_is_forbidden(sim: SimProc, pubdir: Path) -> None:
     """A controller (not admin) peer running verlctl inhibit gets forbidden: exit 5, port kept."""
+    skip_unless_nobody_can_import()
     roles = {"controller": {"uids": [NOBODY]}}
     d = DaemonProc(write_config(pubdir, sim.link, {"api": {"mode": "0666", "roles": roles}}))
     try:

@@ -55,8 +55,10 @@ def test_every_request_waits_three_and_a_half_characters_after_a_reply(
             response = units.handle(buf[: n - 2])
             buf = buf[n:]
             if response is not None:
-                os.write(master, rtu_frame(response))
+                # stamped before the write: a thread preempted around the write can only
+                # lengthen the gap measured, never shorten it
                 answered_at = time.monotonic()
+                os.write(master, rtu_frame(response))
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
