@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from soaklib import modbus
+from soaklib import modbus, neighbours
 from soaklib.faults import FAULTS, applicable
 from soaklib.report import render, verdict
 from soaklib.run import Options, soak
@@ -39,7 +39,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Soak verld: N clients calling through it while verld-sim injects faults.",
     )
     p.add_argument("--clients", type=int, default=4, metavar="N")
-    p.add_argument("--seconds", type=float, default=30.0, metavar="T")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        metavar="T",
+        help="the soak's length (default 30); with --neighbours, each case's "
+        f"(default {neighbours.DEFAULT_SECONDS:g})",
+    )
+    p.add_argument(
+        "--neighbours",
+        action="store_true",
+        help="the neighbour battery instead: every codec x front x misbehaving neighbour "
+        "beside a well-behaved client, the table of what that client saw",
+    )
+    p.add_argument(
+        "--cases",
+        metavar="GLOB[,GLOB]",
+        help="with --neighbours: only the cases whose VARIANT/FRONT/BEHAVIOUR id matches",
+    )
     p.add_argument(
         "--faults",
         type=parse_faults,
@@ -78,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.seconds is not None and args.seconds <= 0:
+        print("tools/soak: --seconds must be positive", file=sys.stderr)
+        return 2
+    if args.neighbours:
+        command = "tools/soak " + " ".join(argv if argv is not None else sys.argv[1:])
+        seconds = args.seconds or neighbours.DEFAULT_SECONDS
+        return neighbours.run(seconds, args.cases, args.json_out, args.keep, command)
+    args.seconds = args.seconds or 30.0
     if args.clients < 1 or args.seconds <= 0 or args.depth < 1:
         print("tools/soak: --clients, --seconds and --depth must be positive", file=sys.stderr)
         return 2

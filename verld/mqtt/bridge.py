@@ -34,7 +34,7 @@ from paho.mqtt.properties import Properties
 from verld import systemd
 from verld.mqtt.calls import Answer, Drop, Intake, Joined, Run, error_reply
 from verld.mqtt.config import BridgeConfig, Secrets, short_host
-from verld.mqtt.device import MAX_PENDING, Backoff, Device
+from verld.mqtt.device import MAX_PENDING, MAX_PENDING_EACH, Backoff, Device, share_full
 from verld.mqtt.outbox import Outbox, Outgoing
 from verld.mqtt.topics import HA_PREFIX, HA_STATUS, Topics, bridge_state, discovery
 
@@ -50,6 +50,8 @@ DROP_REPORT_SECONDS = 5.0
 STEADY = 10.0
 #: seconds to wait for a publish's acknowledgement at stop
 GOODBYE_TIMEOUT = 2.0
+#: times one call waits for another turn after verld said the bridge's share was full
+SHARE_RETRIES = 64
 
 
 class Bridge:
@@ -328,27 +330,57 @@ class Bridge:
 
     def _start(self, run: Run) -> None:
         device = self.devices[run.device]
+        requester = run.route.topic
         if device.pending >= MAX_PENDING:
             busy = error_reply("busy", f"{device.pending} requests already wait for this device")
             self._send(self.intake.finish(run, busy, self._loop.time()), run.device)
             return
+        if device.pending_by[requester] >= MAX_PENDING_EACH:
+            busy = error_reply("busy", f"{MAX_PENDING_EACH} requests replied to on {requester} "
+                               "already wait for this device")  # fmt: skip
+            self._send(self.intake.finish(run, busy, self._loop.time()), run.device)
+            return
         device.pending += 1
+        device.pending_by[requester] += 1
         task = asyncio.create_task(self._call(device, run))
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
 
     async def _call(self, device: Device, run: Run) -> None:
+        requester = run.route.topic
         try:
-            async with device.slots:
+            reply = await self._run(device, run, requester)
+        finally:
+            device.pending -= 1
+            device.pending_by[requester] -= 1
+            if not device.pending_by[requester]:
+                del device.pending_by[requester]
+        if reply is not None:
+            self._send(self.intake.finish(run, reply, self._loop.time()), device.name)
+
+    async def _run(self, device: Device, run: Run, requester: str) -> dict[str, Any] | None:
+        """The call's reply once a slot is had (in turn with the other requesters); None
+        when it expired while waiting. A `busy` for the bridge's own full share at verld
+        lowers the slots to the calls then in flight, and the call waits for its next turn."""
+        slots = device.slots
+        turn = 0
+        while True:
+            await slots.acquire(requester, first=turn > 0)
+            try:
                 if run.deadline is not None and self._loop.time() > run.deadline:
                     self.intake.expire(run)
                     log.info("call_dropped", device=device.name, reason="it expired while "
                              "waiting in the bridge")  # fmt: skip
-                    return
+                    return None
                 reply = await device.call(run.request.fields, run.request.size)
-        finally:
-            device.pending -= 1
-        self._send(self.intake.finish(run, reply, self._loop.time()), device.name)
+                if turn >= SHARE_RETRIES or not share_full(reply) or slots.busy <= 1:
+                    return reply
+                if slots.shrink(slots.busy - 1):
+                    log.debug("calls_in_flight_limited", device=device.name, limit=slots.limit,
+                              reason="verld's share for the bridge is full")  # fmt: skip
+            finally:
+                slots.release()
+            turn += 1
 
     def _send(self, answer: Answer, device: str) -> None:
         if answer.code == "forbidden":

@@ -10,7 +10,20 @@ starts at 0.1 s and doubles to 5 s, and resets once a connection is made.
 The device never publishes itself: it puts retained state and status, and events,
 into the bridge's `Outbox` (which bounds them while the broker is away).
 
-Calls run concurrently on the current connection (verld's fair queue orders them).
+Calls run concurrently on the current connection. To verld the bridge is one client:
+verld's fair queue serves its calls in the order the bridge sent them, and they all
+count toward one client's share (`api.client_queue`). So the bridge keeps its own turns:
+`FairSlots` hands calls to verld at most `slots.limit` at once, and calls waiting for a
+slot take turns by requester (the topic their reply goes to), so one publisher's burst
+cannot keep another's call waiting behind all of it. The limit is the device's window
+plus one (`hello`'s `device.window`: one call on the link at a time on `line`,
+`length` and `modbus-rtu`, so 2 there), enough to keep the device busy while the calls
+waiting for it wait in the bridge, in turns; at most `MAX_IN_FLIGHT`. It is learned
+downwards too: a call verld refuses `busy` because the bridge's share is full
+(`share_full`) lowers it to the calls then in flight and waits for its next turn instead
+of failing (bridge.py). Each new verld connection starts again (a reload may have
+changed the window or the share).
+
 A call must get its one reply even when the connection dies under it: the client
 library's futures are failed when its reader ends, but a call written after that
 would wait for ever, so each call also waits on the connection's `lost` future and
@@ -22,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,12 +50,122 @@ from verld.mqtt.topics import DeviceState, Topics, event_payload, status_payload
 
 log = structlog.get_logger("verld.mqtt.device")
 
-#: verld's api.client_queue default: more calls at once from one client get `busy`
+#: the most calls handed to verld at once for one device (verld's api.client_queue
+#: default: more from one client get `busy`); fewer on a device with a small window
 MAX_IN_FLIGHT = 256
 #: requests accepted for one device (running or waiting for a slot); beyond: `busy`
 MAX_PENDING = 4096
+#: of which one requester (one reply topic) may have at most this many
+MAX_PENDING_EACH = 1024
 STATUS_TIMEOUT = 10.0
 CLIENT_NAME = "verld-mqtt"
+#: how verld words a `busy` for a client whose share (api.client_queue) is full
+_SHARE_FULL = "too many calls waiting or in flight"
+
+
+def in_flight(window: Any) -> int:
+    """Calls handed to verld at once for a device with this window (`hello`'s)."""
+    if type(window) is not int or window < 1:
+        return MAX_IN_FLIGHT
+    return min(MAX_IN_FLIGHT, window + 1)
+
+
+def share_full(reply: dict[str, Any]) -> bool:
+    """Whether verld refused this call because the bridge's own share was full (not a
+    lease, an inhibit or verld's whole queue: those are the caller's answer)."""
+    error = reply.get("error") if not reply.get("ok") else None
+    return (
+        isinstance(error, dict)
+        and error.get("code") == "busy"
+        and _SHARE_FULL in str(error.get("message", ""))
+    )
+
+
+class FairSlots:
+    """At most `limit` calls in flight; calls waiting for a slot are served in turns by
+    requester (round-robin), in order within one requester. A requester that starts
+    waiting takes its turn before the one served last (which, with calls left, went to
+    the back of the ring just before): otherwise a busy requester would be served twice
+    in a row ahead of a newcomer whose call came while the first of the two ran."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.busy = 0  #: slots held
+        self._lanes: dict[str, deque[asyncio.Future[None]]] = {}
+        self._ring: deque[str] = deque()
+        self._last: str | None = None  #: the requester served last
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(lane) for lane in self._lanes.values())
+
+    async def acquire(self, requester: str, *, first: bool = False) -> None:
+        """Wait for a slot (`first`: ahead of this requester's other waiting calls)."""
+        if self.busy < self.limit and not self._ring:
+            self.busy += 1
+            self._last = requester
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        lane = self._lanes.get(requester)
+        if lane is None:
+            lane = self._lanes[requester] = deque()
+            ring = self._ring
+            if ring and ring[-1] == self._last:
+                ring.insert(len(ring) - 1, requester)
+            else:
+                ring.append(requester)
+        if first:
+            lane.appendleft(fut)
+        else:
+            lane.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # (granted as it was cancelled: not used, so given back)
+            else:
+                self._forget(requester, fut)
+            raise
+
+    def release(self) -> None:
+        self.busy -= 1
+        self._grant()
+
+    def shrink(self, limit: int) -> bool:
+        """Lower the limit (never below 1); whether it changed."""
+        limit = max(1, limit)
+        if limit >= self.limit:
+            return False
+        self.limit = limit
+        return True
+
+    def reset(self, limit: int) -> None:
+        self.limit = limit
+        self._grant()
+
+    def _grant(self) -> None:
+        ring, lanes = self._ring, self._lanes
+        while self.busy < self.limit and ring:
+            requester = ring.popleft()
+            lane = lanes[requester]
+            fut = lane.popleft()
+            if lane:
+                ring.append(requester)
+            else:
+                del lanes[requester]
+            if not fut.done():
+                fut.set_result(None)
+                self.busy += 1
+                self._last = requester
+
+    def _forget(self, requester: str, fut: asyncio.Future[None]) -> None:
+        lane = self._lanes.get(requester)
+        if lane is None or fut not in lane:
+            return
+        lane.remove(fut)
+        if not lane:
+            del self._lanes[requester]
+            self._ring.remove(requester)
 
 
 @dataclass(slots=True)
@@ -87,7 +211,8 @@ class Device:
         self.daemon: str | None = None  #: hello's "verld X.Y.Z"
         self.max_payload: int | None = None
         self.pending = 0  #: calls accepted and not yet answered
-        self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.pending_by: Counter[str] = Counter()  #: the same, by requester (reply topic)
+        self.slots = FairSlots(MAX_IN_FLIGHT)
         self.verld_dropped = 0  #: events verld dropped for this client (overflow)
         self._conn: _Connection | None = None
         self._reason = "not connected yet"
@@ -130,6 +255,8 @@ class Device:
         """Serve one connection until verld closes it, or stops answering `status`."""
         conn = self._conn = _Connection(client, asyncio.get_running_loop().create_future())
         device = hello.get("device")
+        window = device.get("window") if isinstance(device, dict) else None
+        self.slots.reset(in_flight(window))  # (learned again on each connection)
         daemon = hello.get("daemon")
         self.daemon = daemon if isinstance(daemon, str) else None
         max_payload = device.get("max_payload") if isinstance(device, dict) else None
