@@ -20,6 +20,7 @@ from verld.codec.modbus import (
     mbap_frame,
     response_shape,
     rtu_frame,
+    rtu_misframed,
     rtu_request_length,
     rtu_response_length,
 )
@@ -466,3 +467,20 @@ class TestResponseShape:
         assert response_shape(h("01050001ff00")) == (None, h("0001ff00"))
         assert response_shape(h("010f0013000a02cd01")) == (None, h("0013000a"))
         assert response_shape(h("012b0e0100")) == (None, None)
+
+
+class TestRtuFraming:
+    def test_a_request_longer_than_its_function_code_says_is_misframed(self) -> None:
+        """A read with a second request glued on is not one RTU request."""
+        reason = rtu_misframed(bytes.fromhex("020300000001020300010001"))
+        assert reason is not None and "0x03 request is 6 bytes" in reason
+
+    def test_short_and_counted_requests_are_checked(self) -> None:
+        """A write-multiple shorter than its byte count, or too short to hold it, is refused."""
+        assert rtu_misframed(bytes.fromhex("0110000000010200")) is not None  # 1 byte of 2
+        assert rtu_misframed(bytes.fromhex("011000")) is not None
+
+    def test_well_formed_requests_pass(self) -> None:
+        """Reads, single writes, write-multiple with its data, and unknown codes pass."""
+        for hexed in ("010300000001", "0106000a0007", "01100000000102abcd", "0141deadbeef"):
+            assert rtu_misframed(bytes.fromhex(hexed)) is None, hexed

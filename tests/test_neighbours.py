@@ -53,6 +53,7 @@ SUITE = [
     ("line:tcp", "port", "abrupt"),
     ("line:tcp", "mqtt", "terminators"),  # "one line per call" on the MQTT front too
     ("modbus-rtu", "api", "oversize"),
+    ("modbus-rtu", "api", "terminators"),  # two RTU requests in one call: bad_request
     ("modbus-rtu", "port", "malformed"),
     ("modbus-rtu", "modbus", "churn"),
     ("modbus-rtu", "mqtt", "abrupt"),

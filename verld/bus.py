@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from verld.calls import Call
-from verld.codec.modbus import EXCEPTION_NAMES, check_request
+from verld.codec.modbus import EXCEPTION_NAMES, check_request, rtu_misframed
 from verld.config import Config
 from verld.errors import ErrorCode
 
@@ -111,6 +111,8 @@ class Bus:
         with its unit; a broadcast (unit 0 on RTU) holds the bus for
         `modbus.turnaround` and is never retried."""
         reason = check_request(call.payload, rtu=self.rtu)
+        if reason is None and self.rtu:
+            reason = rtu_misframed(call.payload)
         if reason is not None:
             return reason
         unit = call.unit = call.payload[0]

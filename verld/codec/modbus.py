@@ -130,6 +130,30 @@ def check_request(payload: bytes, *, rtu: bool) -> str | None:
     return None
 
 
+#: request function codes whose length a count inside the request tells
+_REQUEST_COUNTED = frozenset({0x0F, 0x10, 0x14, 0x15, 0x17})
+
+
+def rtu_misframed(payload: bytes) -> str | None:
+    """Why an RTU request's length is not the one its function code says, or None.
+
+    A slave finds the end of a request from its function code (and byte count), not
+    from silence alone: a request of another length would be read as a frame and the
+    start of another, and the bus would be out of step for every unit's calls.
+    """
+    fc = payload[1]
+    length = rtu_request_length(payload + b"\0\0")
+    if length is None:
+        if fc in _REQUEST_COUNTED:
+            short = len(payload)
+            return f"modbus-rtu: a function code 0x{fc:02x} request is too short ({short} bytes)"
+        return None  # (a function code whose end only silence tells)
+    if length != len(payload) + 2:
+        return (f"modbus-rtu: a function code 0x{fc:02x} request is {length - 2} bytes (unit + "
+                f"PDU), not {len(payload)}: a slave would read it as another frame")  # fmt: skip
+    return None
+
+
 #: response function codes whose length is 3 + byte count (at offset 2) + 2
 _RESPONSE_COUNTED = frozenset({0x01, 0x02, 0x03, 0x04, 0x0C, 0x11, 0x14, 0x15, 0x17})
 #: response function codes of a fixed length
