@@ -31,6 +31,17 @@ class TestFairness:
         order = [(c.owner, c.payload.decode()) for c in q.take(4)]
         assert order == [("chatty", "c0"), ("quiet", "q0"), ("other", "o0"), ("chatty", "c1")]
 
+    def test_a_newcomer_goes_before_the_owner_just_served(self) -> None:
+        """An owner arriving while a busy owner's call is on the link is served next,
+        not after that owner's next call."""
+        q = FairQueue(100, 100)
+        for i in range(3):
+            admit_push(q, call("busy", f"b{i}"))
+        assert [c.payload for c in q.take(1)] == [b"b0"]  # on the link
+        admit_push(q, call("newcomer", "n0"))
+        order = [(c.owner, c.payload.decode()) for c in q.take(3)]
+        assert order == [("newcomer", "n0"), ("busy", "b1"), ("busy", "b2")]
+
     def test_fifo_within_an_owner(self) -> None:
         """One owner's calls leave in the order they came."""
         q = FairQueue(100, 100)

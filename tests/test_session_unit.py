@@ -492,6 +492,37 @@ class TestLoss:
         run_virtual(main)
 
 
+class TestLeaseOverQueuedCalls:
+    def test_calls_queued_before_a_lease_are_busy_or_wait_their_own_timeout(self) -> None:
+        """A lease taken while others' calls are queued: those that did not ask to wait
+        fail busy at once, those that did wait their timeout, not the lease."""
+
+        async def main() -> None:
+            h = harness(CONFIG.replace("window: 8", "window: 1"), latency=0.3)
+            h.start()
+            await h.up()
+            holder, other = object(), object()
+            first: list[CallResult] = []
+            h.session.submit(Call(holder, b"\x01slow", first.append, timeout=1.0, retry=0))
+            now, patient = [], []
+            h.session.submit(Call(other, b"\x01now", now.append, timeout=1.0, retry=0))
+            h.session.submit(
+                Call(other, b"\x01patient", patient.append, timeout=0.5, retry=0, wait=True)
+            )
+            t0 = h.loop.time()
+            h.session.set_exclusive(holder)
+            assert [r.error for r in now] == ["busy"]
+            await h.until(answered(patient))
+            assert patient[0].error == "busy"
+            assert h.loop.time() - t0 == pytest.approx(0.5, abs=1e-6)
+            await h.until(answered(first))
+            assert first[0].data == b"slow"
+            h.session.set_exclusive(None)
+            await h.stop()
+
+        run_virtual(main)
+
+
 class TestWait:
     def test_waiting_call_fails_after_exactly_its_timeout(self) -> None:
         """wait: true with the link down: link_down once its timeout has passed, not before."""

@@ -84,11 +84,13 @@ class Call:
 class _Owners:
     """Per-owner FIFOs in a round-robin ring of the owners with calls waiting."""
 
-    __slots__ = ("queues", "ring")
+    __slots__ = ("queues", "ring", "served")
 
     def __init__(self) -> None:
         self.queues: dict[Hashable, deque[Call]] = {}
         self.ring: deque[Hashable] = deque()
+        #: the owner served last, back at the ring's end with more calls (or None)
+        self.served: Hashable | None = None
 
     def __bool__(self) -> bool:
         return bool(self.ring)
@@ -98,10 +100,15 @@ class _Owners:
         queue = self.queues.get(owner)
         if queue is None:
             queue = self.queues[owner] = deque()
+            ring = self.ring
             if front:
-                self.ring.appendleft(owner)
+                ring.appendleft(owner)
+            elif ring and ring[-1] is self.served:
+                # A newcomer goes before the owner just served, not after it: else that
+                # owner would be served twice before the newcomer's first call.
+                ring.insert(len(ring) - 1, owner)
             else:
-                self.ring.append(owner)
+                ring.append(owner)
         elif front:
             self.ring.remove(owner)
             self.ring.appendleft(owner)
@@ -134,8 +141,10 @@ class _Owners:
         call.queued = False
         if queue:
             ring.append(owner)
+            self.served = owner
         else:
             del queues[owner]
+            self.served = None
         return call
 
     def remove(self, call: Call) -> None:

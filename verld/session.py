@@ -167,8 +167,22 @@ class Session:
             self._transport.tap = wire
 
     def set_exclusive(self, owner: Hashable | None) -> None:
-        """Give the device to one owner (a lease), or back to everyone (None)."""
+        """Give the device to one owner (a lease), or back to everyone (None).
+
+        Others' calls already queued are treated as if they came now: `busy` at once,
+        or, if they asked to wait, a wait of their timeout (not the lease's length).
+        """
         self.queue.exclusive = owner
+        if owner is not None:
+            for call in self.queue:
+                if call.owner is owner or call.is_ping:
+                    continue
+                if call.wait:
+                    if call.timer is None:
+                        self.timers.wait(call)
+                    continue
+                self.queue.remove(call)
+                self.finish(call, ErrorCode.BUSY, "the device is leased to another client")
         self.pump()
 
     # --- calls in ---------------------------------------------------------------------
