@@ -504,7 +504,8 @@ class TestLeaseOverQueuedCalls:
             holder, other = object(), object()
             first: list[CallResult] = []
             h.session.submit(Call(holder, b"\x01slow", first.append, timeout=1.0, retry=0))
-            now, patient = [], []
+            now: list[CallResult] = []
+            patient: list[CallResult] = []
             h.session.submit(Call(other, b"\x01now", now.append, timeout=1.0, retry=0))
             h.session.submit(
                 Call(other, b"\x01patient", patient.append, timeout=0.5, retry=0, wait=True)
