@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+from collections import deque
 from typing import Any, Protocol, cast
 
 import structlog
@@ -24,6 +25,8 @@ from verld.roles import ROLE_RANK
 log = structlog.get_logger("verld.server")
 
 _PEERCRED = struct.Struct("3i")
+#: messages of one connection handled per turn of the event loop
+BURST = 64
 
 
 class ApiStats:
@@ -73,6 +76,8 @@ class ClientConn(asyncio.Protocol):
         self.dropped = 0
         self.closed = False
         self.serial = serial
+        self._rest: deque[bytes] = deque()  #: messages of a large read still to handle
+        self._oversize: wire.Oversize | None = None  #: what ended that read, if anything
 
     def __repr__(self) -> str:
         return f"client#{self.serial}(pid={self.pid})"
@@ -157,6 +162,39 @@ class ClientConn(asyncio.Protocol):
             bodies = self.decoder.feed(data)
         except wire.Oversize as exc:
             oversize, bodies = exc, exc.bodies
+        if self._rest:  # (reading is paused, but a transport may deliver what it had)
+            self._rest.extend(bodies)
+            self._oversize = self._oversize or oversize
+            return
+        if len(bodies) > BURST:
+            # One read can hold thousands of messages: a turn of the loop handles
+            # BURST of them, so other clients and the device are served in between
+            # (reading stops until the rest are done).
+            self._rest.extend(bodies[BURST:])
+            self._oversize = oversize
+            del bodies[BURST:]
+            oversize = None
+            if self.transport is not None:
+                self.transport.pause_reading()
+            asyncio.get_running_loop().call_soon(self._next_burst)
+        self._handle(bodies, oversize)
+
+    def _next_burst(self) -> None:
+        """The next BURST messages of a large read; reading resumes after the last."""
+        rest = self._rest
+        bodies = [rest.popleft() for _ in range(min(BURST, len(rest)))]
+        oversize = None
+        if rest and not self.closed:
+            asyncio.get_running_loop().call_soon(self._next_burst)
+        else:
+            rest.clear()
+            oversize, self._oversize = self._oversize, None
+            if self.transport is not None and not self.closed:
+                self.transport.resume_reading()
+        if not self.closed:
+            self._handle(bodies, oversize)
+
+    def _handle(self, bodies: list[bytes], oversize: wire.Oversize | None) -> None:
         if len(bodies) == 1:
             self.host.request(self, bodies[0])
         elif bodies:
