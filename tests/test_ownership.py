@@ -302,11 +302,14 @@ def _files(tmp: Path) -> dict[str, str]:
     for entry in os.scandir(tmp):
         if entry.name in ours or entry.name.startswith("race"):
             continue
-        if entry.is_symlink():
-            seen[entry.name] = os.readlink(entry.path)
-        else:
-            sock = stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode)
-            seen[entry.name] = "socket" if sock else "file"
+        try:  # (a running verld may remove an entry between the listing and the look)
+            if entry.is_symlink():
+                seen[entry.name] = os.readlink(entry.path)
+            else:
+                sock = stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode)
+                seen[entry.name] = "socket" if sock else "file"
+        except FileNotFoundError:
+            seen[entry.name] = "gone"
     return seen
 
 
