@@ -1,7 +1,7 @@
 """Ownership of a path another verld could also want: an exclusive flock on `PATH.lock`.
 
-A second start of the same config must never harm the running one (DESIGN.md,
-"Daemon behaviour", systemd), so ownership is a lock, not a guess: before verld
+A second start of the same config must never harm the running one (docs/deploy.md,
+section 5), so ownership is a lock, not a guess: before verld
 binds its API socket or places a port's link it takes an exclusive, non-blocking
 `flock` on `SOCKET.lock` / `LINK.lock` beside it and keeps the fd open for as long
 as it owns the path. A lock another process holds means "not yours: touch
