@@ -36,6 +36,7 @@ class Call:
         "done",
         "frame",
         "is_ping",
+        "outcomes",
         "owner",
         "payload",
         "queued",
@@ -79,6 +80,8 @@ class Call:
         self.queued = False  #: waiting in a FairQueue
         self.counted = False  #: holds one unit of its owner's `client_queue` share
         self.unit = -1  #: Modbus codecs: the unit called (the queue's lane); -1 otherwise
+        #: the front's calls by outcome ("ok" or the error code), counted as it ends
+        self.outcomes: dict[str, int] | None = None
 
 
 class _Owners:

@@ -464,6 +464,10 @@ class Session:
         # perf_counter, not loop.time(): uvloop's clock ticks in whole milliseconds.
         elapsed = time.perf_counter() - call.t_submit if call.t_submit else 0.0
         if not call.is_ping:
+            outcomes = call.outcomes
+            if outcomes is not None:
+                outcome = error or "ok"
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
             self.stats.finished(error, elapsed)
             self.queue.release(call)
             if call.unit >= 0 and self.bus is not None:

@@ -19,7 +19,7 @@ from verld.alarm import Clock
 from verld.calls import Call, CallResult
 from verld.codec.base import LinkCodec
 from verld.config import Config
-from verld.link import Transition
+from verld.link import LinkState, Transition
 from verld.session import Session, TrafficTap, WireTap
 from verld.stats import session_status
 from verld.supervisor import Opener, Supervisor
@@ -34,6 +34,36 @@ class Listener(Protocol):
     def link_event(self, transition: Transition) -> None: ...
 
 
+class Front(Protocol):
+    """A way in for programs (the JSON API, virtual ports, Modbus TCP, ...): the
+    daemon keeps a list of them and drives each through these steps only."""
+
+    #: its key in `status` and the metrics' `front` label
+    name: str
+
+    async def claim(self) -> None:
+        """Take what another verld could own (a socket path's lock, a listen
+        address), before anything is created; raise `ServeError` when it is taken."""
+        ...
+
+    async def start(self) -> None:
+        """Serve (claims made); raise `ServeError` (or OSError) when it cannot."""
+        ...
+
+    def reload(self, cfg: Config, changed: list[str]) -> None:
+        """Take a reloaded config (`changed`: its changed keys); any task this starts
+        is the front's own, and `close` ends it."""
+        ...
+
+    def status(self) -> Any:
+        """Its part of `status` (None: nothing to show)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop serving and remove what it made (safe before `start`, and twice)."""
+        ...
+
+
 class FrontCounts:
     """One front's calls by outcome ("ok" or the error code): its `done` callbacks
     add to `outcomes` (a dict, so the per-call path costs one update)."""
@@ -43,6 +73,10 @@ class FrontCounts:
     def __init__(self, name: str) -> None:
         self.name = name
         self.outcomes: dict[str, int] = {}
+
+    def add(self, outcome: str) -> None:
+        """Count a call that ended before reaching the core (refused by the front)."""
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
 
 class Core:
@@ -87,21 +121,30 @@ class Core:
     # --- calls ----------------------------------------------------------------------
     def make_call(
         self,
+        counts: FrontCounts | None,
         owner: Hashable,
         payload: bytes,
         done: Callable[[CallResult], None],
         *,
         timeout: float | None = None,
         retry: int | None = None,
-        wait: bool = False,
+        wait: bool | None = None,
         req_id: object = None,
     ) -> Call:
         """A call for `owner` with `device.timeout`/`device.retry` where not given;
-        hand it to `submit`, and `done` runs exactly once."""
+        hand it to `submit`, and `done` runs exactly once. Its outcome is counted in
+        `counts` (the front's) as it ends. `wait` None: the call waits only while an
+        open attempt is under way (at start, say), else fails at once when the link
+        is not up."""
         dev = self.cfg.device
         retry = dev.retry if retry is None else retry
-        return Call(owner, payload, done, timeout=timeout or dev.timeout, retry=retry,
+        if wait is None:
+            wait = self.session.link.state is LinkState.CONNECTING
+        call = Call(owner, payload, done, timeout=timeout or dev.timeout, retry=retry,
                     wait=wait, req_id=req_id)  # fmt: skip
+        if counts is not None:
+            call.outcomes = counts.outcomes
+        return call
 
     def forget(self, owner: Hashable) -> None:
         """The owner went away: its waiting calls are dropped, its calls on the link

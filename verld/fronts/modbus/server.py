@@ -189,7 +189,7 @@ class ModbusConn(asyncio.Protocol):
         # While an open attempt is under way (at start, say, when this connection is
         # what socket activation started verld for), the call waits for it.
         wait = front.core.session.link.state is LinkState.CONNECTING
-        front.core.submit(front.core.make_call(self, request, done, req_id=tid, wait=wait))
+        front.core.submit(front.core.make_call(None, self, request, done, req_id=tid, wait=wait))
 
     def _fill(self, slot: _Slot, frame: bytes) -> None:
         slot.frame = frame

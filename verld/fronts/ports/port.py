@@ -264,7 +264,7 @@ class VirtualPort:
 
         # While an open attempt is under way (at start, say), the call waits for it.
         wait = core.session.link.state is LinkState.CONNECTING
-        core.submit(core.make_call(self, request.payload, done, req_id=tag, wait=wait))
+        core.submit(core.make_call(None, self, request.payload, done, req_id=tag, wait=wait))
 
     def _count(self, outcome: str) -> None:
         outcomes = self.counts.outcomes
