@@ -7,10 +7,16 @@ tools and third-party tests can use them too; see verld/testing.py.
 
 from __future__ import annotations
 
+import atexit
+import compileall
 import functools
+import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -25,35 +31,109 @@ from verld.testing import (
 )
 
 __all__ = [
+    "AS_NOBODY",
     "DaemonProc",
     "HarnessError",
     "SimProc",
+    "nobody_python",
     "sim_control",
-    "skip_unless_nobody_can_import",
     "stop_process",
     "wait_for",
     "write_config",
 ]
 
 
+AS_NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")  #: as nobody
+
+#: prints what to copy for verld to run elsewhere: each top-level module or package that
+#: verld's modules (all but the __main__s) load from outside the standard library
+_LIST_IMPORTS = """
+import importlib, json, pkgutil, sys, sysconfig
+import verld
+for m in pkgutil.walk_packages(verld.__path__, "verld."):
+    if not m.name.endswith("__main__"):
+        try:
+            importlib.import_module(m.name)
+        except Exception:
+            pass  # needs an optional dependency not installed (systemd, aiomqtt)
+try:
+    import uvloop  # imported when verld starts its event loop
+except ImportError:
+    pass
+std = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+out = set()
+for name, mod in list(sys.modules.items()):
+    path = getattr(mod, "__file__", None)
+    if "." in name or not path or name.startswith(("__editable__", "_distutils_hack")):
+        continue
+    if "site-packages" not in path and any(path.startswith(d + "/") for d in std):
+        continue
+    out.add(mod.__path__[0] if hasattr(mod, "__path__") else path)
+print(json.dumps(sorted(out)))
+"""
+
+
+def _imports_as_nobody(python: list[str]) -> str | None:
+    """Why `python` run as nobody cannot import verlctl and verld (None: it can)."""
+    cmd = [*AS_NOBODY, *python, "-c", "import verld.ctl, verld.daemon"]
+    r = subprocess.run(cmd, cwd="/", capture_output=True, text=True, timeout=60, check=False)
+    return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["?"])[-1]
+
+
+def _readable_copy() -> Path:
+    """verld and what it loads outside the standard library, copied to a new directory
+    every user may read (removed when this test process ends)."""
+    r = subprocess.run([sys.executable, "-c", _LIST_IMPORTS], capture_output=True, text=True,
+                       timeout=60, check=True)  # fmt: skip
+    top = Path(tempfile.mkdtemp(prefix="verld-nobody-"))
+    atexit.register(shutil.rmtree, top, ignore_errors=True)
+    for src in map(Path, json.loads(r.stdout)):
+        if src.is_dir():
+            shutil.copytree(src, top / src.name)
+        else:
+            shutil.copy2(src, top / src.name)
+    # compiled here: nobody may not write __pycache__, and a Python compiling verld on every
+    # start is slow on a busy machine
+    compileall.compile_dir(top, quiet=2)
+    for path in [top, *top.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return top
+
+
 @functools.cache
-def _nobody_cannot_import() -> str | None:
-    """Why uid 65534 cannot run this Python and import verld from here (None: it can)."""
+def _nobody_python() -> list[str] | str:
+    """The `nobody_python` command, or why there is none."""
     if shutil.which("setpriv") is None:
         return "running as another user needs setpriv"
-    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-           sys.executable, "-c", "import verld.ctl"]  # fmt: skip
-    r = subprocess.run(cmd, cwd="/", capture_output=True, text=True, timeout=60, check=False)
-    if r.returncode == 0:
-        return None
-    last = (r.stderr.strip().splitlines() or ["?"])[-1]
-    return (f"uid 65534 cannot import verld from this checkout (a directory on the way, "
-            f"such as a 0700 home, is closed to other users): {last}")  # fmt: skip
+    why = _imports_as_nobody([sys.executable])
+    if why is None:
+        return [sys.executable]
+    # A checkout under a directory closed to other users (a 0700 home, as on Debian 12):
+    # nobody cannot read verld there, nor the venv's packages, nor run the venv's Python.
+    # A Python of this version nobody may run, with a readable copy on its path, can.
+    copy = _readable_copy()
+    env = [shutil.which("env") or "/usr/bin/env", f"PYTHONPATH={copy}"]
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    base = getattr(sys, "_base_executable", None)  # a venv's: the Python it was made from
+    found = [sys.executable, os.path.realpath(sys.executable), base, shutil.which(version),
+             f"/usr/bin/{version}", f"/usr/local/bin/{version}"]  # fmt: skip
+    tried = []
+    for python in dict.fromkeys(p for p in found if p and os.path.isfile(p)):
+        why_not = _imports_as_nobody([*env, python])
+        if why_not is None:
+            return [*env, python]
+        tried.append(f"{python}: {why_not}")
+    return ("uid 65534 cannot import verld from this checkout (a directory on the way, such "
+            "as a 0700 home, is closed to other users), nor from a readable copy with any "
+            f"{version} it may run: " + "; ".join(tried))  # fmt: skip
 
 
-def skip_unless_nobody_can_import() -> None:
-    """Skip (saying why) a test that runs verld's code as nobody where nobody cannot read
-    this checkout; the check itself is done once per test process."""
-    reason = _nobody_cannot_import()
-    if reason is not None:
-        pytest.skip(reason)
+def nobody_python() -> list[str]:
+    """The command that runs this Python version as uid 65534 (after setpriv) with verld
+    importable: this interpreter when nobody can use this checkout, else a Python nobody
+    may run with a world-readable copy of verld and its dependencies on its path; skips,
+    saying why, when there is neither. Worked out once per test process."""
+    found = _nobody_python()
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found

@@ -302,8 +302,10 @@ class TestQuickPortsBench:
                 assert port["failed"] == {} and port["dropped"] == 0 and port["bad_frames"] == 0
 
     def test_paced_programs_each_called_and_the_wire_figures_agree(self, ports_bench: Any) -> None:
-        """8 programs on 8 ports each made calls; wire busy from their calls/s and from
-        verld's bytes_rx counter are two counts of one window (sane, not a speed)."""
+        """Each of 8 paced programs on 8 ports made calls and the two wire-busy figures agree."""
+        # Wire busy from their calls/s and from verld's bytes_rx counter are two counts of one
+        # window
+        # (a sanity check, not a speed).
         _, result = ports_bench
         (paced,) = result["ports"]["paced"]["rounds"]
         run = paced["port_p8"]

@@ -49,8 +49,9 @@ def test_exits_zero_with_every_reply_matched(fleet: Any) -> None:
 
 
 def test_every_call_got_its_one_reply(fleet: Any) -> None:
-    """In every workload: replies == requests, none wrong, missing or duplicated, and
-    each device's verld counted exactly the replies the generator got from it."""
+    """In every workload each request got exactly one right reply, counted by its device's verld."""
+    # replies == requests, none wrong, missing or duplicated, and each device's verld counted
+    # exactly the replies the generator got from it.
     _, result = fleet
     workloads = [w for r in result["rounds"] for p in PATHS for w in r[p].values()]
     workloads.append(result["rss"]["load"])
@@ -79,8 +80,8 @@ def test_rounds_rotate_and_spread_over_the_devices(fleet: Any) -> None:
 
 
 def test_every_figure_and_target_is_there(fleet: Any) -> None:
-    """Latency, calls/s, CPU per call, scaling and RSS figures are numbers; both targets
-    have a verdict."""
+    """The fleet bench reports every figure as a number and a verdict for both targets."""
+    # Figures: latency, calls/s, CPU per call, scaling and RSS.
     _, result = fleet
     summary = result["summary"]
     figures = summary["figures"]

@@ -32,8 +32,7 @@ class TestFairness:
         assert order == [("chatty", "c0"), ("quiet", "q0"), ("other", "o0"), ("chatty", "c1")]
 
     def test_a_newcomer_goes_before_the_owner_just_served(self) -> None:
-        """An owner arriving while a busy owner's call is on the link is served next,
-        not after that owner's next call."""
+        """An owner arriving while a busy owner's call is out goes before that owner's next call."""
         q = FairQueue(100, 100)
         for i in range(3):
             admit_push(q, call("busy", f"b{i}"))
@@ -144,8 +143,9 @@ class TestLanes:
         assert [c.payload.decode() for c in q.take(4)] == ["a0", "b0", "a1", "b1"]
 
     def test_a_retry_is_first_of_its_unit_but_its_unit_goes_last(self) -> None:
-        """Unit 9's try taken, unit 1's call comes, the try is pushed back: unit 1 first,
-        then the retry before its owner's next call."""
+        """A pushed-back retry leads its unit, but that unit waits behind another unit's call."""
+        # Unit 9's try taken, unit 1's call comes, the try is pushed back: unit 1 first, then the
+        # retry before its owner's next call.
         q = LaneQueue(100, 100)
         first = unit_call("a", 9, "a0")
         admit_push(q, first)
@@ -156,8 +156,9 @@ class TestLanes:
         assert [c.payload.decode() for c in q.take(3)] == ["b0", "a0", "a1"]
 
     def test_a_call_that_comes_during_a_silent_units_try_goes_before_its_next(self) -> None:
-        """Three owners on heavy unit 9, one on unit 1 arriving after each take: unit 1's
-        calls alternate with unit 9's tries, never two tries in between."""
+        """A call arriving during a silent unit's try goes before that unit's next try."""
+        # Three owners on heavy unit 9, one on unit 1 arriving after each take: unit 1's calls
+        # alternate with unit 9's tries, never two tries in between.
         q = LaneQueue(100, 100, heavy=lambda unit: unit == 9)
         for owner in "bcd":
             admit_push(q, unit_call(owner, 9, owner))
@@ -169,8 +170,9 @@ class TestLanes:
         assert order == ["b", "a0", "c", "a1", "d", "a2"]
 
     def test_a_call_sent_directly_was_its_units_turn_wherever_the_pointer_was(self) -> None:
-        """Lanes 0, 2, 3, 1 known, the pointer on empty lane 0: unit 3 sent directly, then
-        unit 3's retry and unit 1's call wait: unit 1 goes first."""
+        """A call sent directly uses up its unit's turn wherever the lane pointer was."""
+        # Lanes 0, 2, 3, 1 known, the pointer on empty lane 0: unit 3 sent directly, then unit 3's
+        # retry and unit 1's call wait: unit 1 goes first.
         q = LaneQueue(100, 100)
         for unit in (0, 2, 3, 1):
             admit_push(q, unit_call("x", unit))
@@ -208,8 +210,8 @@ class TestLanes:
     def test_every_call_comes_out_once_in_owner_order_per_unit(
         self, pushes: list[tuple[str, int, bool]], batch: int
     ) -> None:
-        """Whatever is pushed (and dropped), each call is taken at most once, and one
-        owner's calls to one unit keep their order."""
+        """Whatever is pushed or dropped, each call comes out once, in owner order per unit."""
+        # One owner's calls to one unit keep their order.
         q = LaneQueue(1000, 1000, heavy=lambda unit: unit == 4)
         pushed: list[Call] = []
         taken: list[Call] = []

@@ -164,15 +164,18 @@ SPEC_REQUESTS = [
 def test_builder_output_is_the_spec_example_byte_for_byte(
     request_bytes: bytes, expected: str
 ) -> None:
+    """Each request builder gives the Modbus specification's example request byte for byte."""
     assert request_bytes == h(expected)
 
 
 def test_builders_put_the_unit_first() -> None:
+    """The builders put the unit id first, 247 and broadcast 0 included."""
     assert Request.read_holding_registers(247, 0, 1)[0] == 247
     assert Request.write_registers(0, 0, [1])[0] == 0
 
 
 def test_builders_accept_the_bounds_of_every_range() -> None:
+    """The builders accept each range's bounds: counts, addresses and values at their limits."""
     assert Request.read_coils(255, 0, 2000)[4:] == h("07d0")
     assert Request.read_discrete_inputs(0, 65535, 1)[2:4] == h("ffff")
     assert Request.read_holding_registers(1, 0, 125)[4:] == h("007d")
@@ -183,10 +186,12 @@ def test_builders_accept_the_bounds_of_every_range() -> None:
 
 
 def test_write_coils_pads_the_last_byte_with_zeros() -> None:
+    """write_coils pads the last byte of packed coils with zero bits."""
     assert Request.write_coils(1, 0, [True] * 9)[-2:] == h("ff01")
 
 
 def test_write_coil_takes_any_truthy_value_as_on() -> None:
+    """write_coil takes any truthy value as ON (0xFF00)."""
     assert Request.write_coil(1, 0, 1)[-2:] == h("ff00")  # type: ignore[arg-type]
 
 
@@ -204,6 +209,7 @@ PYMODBUS_READS: dict[int, type[ModbusPDU]] = {
     count=st.integers(1, 125),
 )
 def test_read_builders_agree_with_pymodbus(fc: int, address: int, count: int) -> None:
+    """The read builders give the same bytes as pymodbus's requests for any address and count."""
     build = {
         1: Request.read_coils,
         2: Request.read_discrete_inputs,
@@ -217,6 +223,7 @@ def test_read_builders_agree_with_pymodbus(fc: int, address: int, count: int) ->
 @given(address=st.integers(0, 65535 - 123), values=st.lists(st.integers(0, 65535), min_size=1,
        max_size=123))  # fmt: skip
 def test_register_write_builders_agree_with_pymodbus(address: int, values: list[int]) -> None:
+    """The register write builders give the same bytes as pymodbus's for any address and values."""
     many = WriteMultipleRegistersRequest(address=address, registers=values, dev_id=1)
     assert Request.write_registers(1, address, values) == h("01 10") + many.encode()
     one = WriteSingleRegisterRequest(address=address, registers=values[:1], dev_id=1)
@@ -226,6 +233,7 @@ def test_register_write_builders_agree_with_pymodbus(address: int, values: list[
 @given(address=st.integers(0, 65535 - 1968), values=st.lists(st.booleans(), min_size=1,
        max_size=1968))  # fmt: skip
 def test_coil_write_builders_agree_with_pymodbus(address: int, values: list[bool]) -> None:
+    """The coil write builders give the same bytes as pymodbus's for any address and bits."""
     many = WriteMultipleCoilsRequest(address=address, bits=values, dev_id=1)
     assert Request.write_coils(1, address, values) == h("01 0f") + many.encode()
     one = WriteSingleCoilRequest(address=address, bits=values[:1], dev_id=1)
@@ -240,6 +248,7 @@ def test_coil_write_builders_agree_with_pymodbus(address: int, values: list[bool
 def test_every_request_is_one_verlds_rtu_codec_accepts_and_frames(
     unit: int, address: int, values: list[int]
 ) -> None:
+    """Every built request passes verld's RTU check and its length is known from its bytes."""
     bits = [v & 1 == 1 for v in values]
     for request in (
         Request.read_coils(unit, address, len(values)),
@@ -271,6 +280,7 @@ def _all_builders(unit: int = 1, address: int = 0) -> list[Any]:
 
 @pytest.mark.parametrize("unit", [-1, 256])
 def test_every_builder_rejects_a_unit_outside_0_to_255(unit: int) -> None:
+    """Every builder rejects a unit outside 0..255 with ValueError naming it."""
     for build in _all_builders(unit=unit):
         with pytest.raises(ValueError, match=rf"unit {unit} is not in 0\.\.255"):
             build()
@@ -278,6 +288,7 @@ def test_every_builder_rejects_a_unit_outside_0_to_255(unit: int) -> None:
 
 @pytest.mark.parametrize("address", [-1, 65536])
 def test_every_builder_rejects_an_address_outside_0_to_65535(address: int) -> None:
+    """Every builder rejects an address outside 0..65535 with ValueError naming it."""
     for build in _all_builders(address=address):
         with pytest.raises(ValueError, match=rf"address {address} is not in 0\.\.65535"):
             build()
@@ -299,30 +310,35 @@ def test_every_builder_rejects_an_address_outside_0_to_65535(address: int) -> No
 def test_read_builders_reject_a_count_outside_their_range(
     build: Any, count: int, most: int
 ) -> None:
+    """Each read builder rejects a count outside 1..2000 (bits) or 1..125 (registers)."""
     with pytest.raises(ValueError, match=rf"count of \w+ {count} is not in 1\.\.{most}"):
         build(1, 0, count)
 
 
 @pytest.mark.parametrize("count", [0, 1969])
 def test_write_coils_rejects_a_count_outside_1_to_1968(count: int) -> None:
+    """write_coils rejects a count of coils outside 1..1968."""
     with pytest.raises(ValueError, match=rf"count of coils {count} is not in 1\.\.1968"):
         Request.write_coils(1, 0, [False] * count)
 
 
 @pytest.mark.parametrize("count", [0, 124])
 def test_write_registers_rejects_a_count_outside_1_to_123(count: int) -> None:
+    """write_registers rejects a count of registers outside 1..123."""
     with pytest.raises(ValueError, match=rf"count of registers {count} is not in 1\.\.123"):
         Request.write_registers(1, 0, [0] * count)
 
 
 @pytest.mark.parametrize("value", [-1, 65536])
 def test_write_register_rejects_a_value_outside_0_to_65535(value: int) -> None:
+    """write_register rejects a register value outside 0..65535."""
     with pytest.raises(ValueError, match=rf"register value {value} is not in 0\.\.65535"):
         Request.write_register(1, 0, value)
 
 
 @pytest.mark.parametrize("value", [-1, 65536])
 def test_write_registers_names_the_index_of_a_value_outside_0_to_65535(value: int) -> None:
+    """write_registers rejects a value outside 0..65535 naming its index."""
     with pytest.raises(ValueError, match=rf"register value at index 2 {value} is not in"):
         Request.write_registers(1, 0, [0, 1, value])
 
@@ -339,11 +355,13 @@ def test_write_registers_names_the_index_of_a_value_outside_0_to_65535(value: in
     ],
 )
 def test_builders_reject_a_range_that_runs_past_address_65535(build: Any) -> None:
+    """A read or multiple write whose range runs past address 65535 is rejected."""
     with pytest.raises(ValueError, match="run past address 65535"):
         build()
 
 
 def test_builders_reject_a_non_integer_argument() -> None:
+    """A non-integer address or value makes a builder raise TypeError."""
     with pytest.raises(TypeError):
         Request.read_holding_registers(1, 0.5, 1)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
@@ -352,6 +370,7 @@ def test_builders_reject_a_non_integer_argument() -> None:
 
 # --- decoding spec examples -----------------------------------------------------------------
 def test_decode_bits_reads_the_spec_coils_example_trimmed_to_the_count() -> None:
+    """decode_bits reads the spec's coils example as 19 bits, the padding dropped."""
     bits = decode_bits(Request.read_coils(1, 19, 19), h("01 01 03 cd 6b 05"))
     assert bits == [bool(b) for b in [1, 0, 1, 1, 0, 0, 1, 1,
                                       1, 1, 0, 1, 0, 1, 1, 0,
@@ -359,6 +378,7 @@ def test_decode_bits_reads_the_spec_coils_example_trimmed_to_the_count() -> None
 
 
 def test_decode_bits_reads_the_spec_discrete_inputs_example() -> None:
+    """decode_bits reads the spec's discrete inputs example as its 22 bits."""
     bits = decode_bits(Request.read_discrete_inputs(1, 196, 22), h("01 02 03 ac db 35"))
     assert bits == [bool(b) for b in [0, 0, 1, 1, 0, 1, 0, 1,
                                       1, 1, 0, 1, 1, 0, 1, 1,
@@ -366,11 +386,13 @@ def test_decode_bits_reads_the_spec_discrete_inputs_example() -> None:
 
 
 def test_decode_registers_reads_the_spec_holding_registers_example() -> None:
+    """decode_registers reads the spec's holding registers example as [555, 0, 100]."""
     request = Request.read_holding_registers(1, 107, 3)
     assert decode_registers(request, h("01 03 06 022b 0000 0064")) == [555, 0, 100]
 
 
 def test_decode_registers_reads_the_spec_input_register_example() -> None:
+    """decode_registers reads the spec's input register example as [10]."""
     assert decode_registers(Request.read_input_registers(1, 8, 1), h("01 04 02 000a")) == [10]
 
 
@@ -385,26 +407,31 @@ def test_decode_registers_reads_the_spec_input_register_example() -> None:
     ids=["fc5", "fc6", "fc15", "fc16"],
 )
 def test_check_write_accepts_the_spec_echo(request_bytes: bytes, reply: str) -> None:
+    """check_write accepts the spec's echo of each write function (5, 6, 15, 16)."""
     assert check_write(request_bytes, h(reply)) is None  # type: ignore[func-returns-value]
 
 
 def test_check_write_accepts_no_reply_to_a_broadcast() -> None:
+    """check_write accepts an empty reply to a broadcast write."""
     check_write(Request.write_register(0, 1, 3), b"")
 
 
 def test_decode_dispatches_on_the_request_function_code() -> None:
+    """decode picks the decoder by the request's function code: bits, registers or a write check."""
     assert decode(Request.read_coils(1, 0, 3), h("01 01 01 05")) == [True, False, True]
     assert decode(Request.read_input_registers(1, 8, 1), h("01 04 02 000a")) == [10]
     assert decode(Request.write_register(1, 1, 3), h("01 06 0001 0003")) is None
 
 
 def test_decode_refuses_a_request_of_another_function_code() -> None:
+    """decode refuses a function it does not decode with a ValueError, not a ModbusReplyError."""
     with pytest.raises(ValueError, match="not a request this module decodes") as info:
         decode(h("01 17 0000 0001 0000 0001 02 0000"), h("01 17 02 0000"))
     assert not isinstance(info.value, ModbusReplyError)
 
 
 def test_decoders_refuse_a_request_they_do_not_decode() -> None:
+    """Each decoder refuses a request of a function it does not decode or a truncated request."""
     with pytest.raises(ValueError, match=r"decode_registers: .* function code 3, 4"):
         decode_registers(Request.read_coils(1, 0, 1), h("01 01 01 01"))
     with pytest.raises(ValueError, match=r"decode_bits: .* function code 1, 2"):
@@ -443,6 +470,7 @@ BITS = Request.read_coils(1, 0, 10)  # expects 01 01 02 xx xx
 def test_read_decoders_name_what_is_wrong_with_a_reply(
     request_bytes: bytes, reply: str, message: str
 ) -> None:
+    """The read decoders raise ModbusReplyError naming what is wrong with a malformed reply."""
     decoder = decode_bits if request_bytes[1] == 1 else decode_registers
     with pytest.raises(ModbusReplyError, match=message):
         decoder(request_bytes, h(reply))
@@ -467,11 +495,13 @@ def test_read_decoders_name_what_is_wrong_with_a_reply(
 def test_check_write_names_what_is_wrong_with_the_echo(
     request_bytes: bytes, reply: str, message: str
 ) -> None:
+    """check_write raises ModbusReplyError naming what is wrong with a write's echo."""
     with pytest.raises(ModbusReplyError, match=message):
         check_write(request_bytes, h(reply))
 
 
 def test_a_reply_error_is_a_value_error() -> None:
+    """ModbusReplyError is a ValueError."""
     assert issubclass(ModbusReplyError, ValueError)
 
 
@@ -492,6 +522,7 @@ def bits_reply(unit: int, fc: int, bits: list[bool]) -> bytes:
 def test_registers_round_trip_through_request_and_reply(
     unit: int, address: int, fc: int, values: list[int]
 ) -> None:
+    """Any register values put in a read reply decode back to the same values."""
     build = Request.read_holding_registers if fc == 3 else Request.read_input_registers
     request = build(unit, address, len(values))
     reply = bytes((unit, fc, 2 * len(values))) + struct.pack(f">{len(values)}H", *values)
@@ -503,6 +534,7 @@ def test_registers_round_trip_through_request_and_reply(
 def test_bits_round_trip_through_request_and_reply(
     unit: int, address: int, fc: int, bits: list[bool]
 ) -> None:
+    """Any bits put in a coil or discrete input reply decode back to the same bits."""
     build = Request.read_coils if fc == 1 else Request.read_discrete_inputs
     assert decode_bits(build(unit, address, len(bits)), bits_reply(unit, fc, bits)) == bits
 
@@ -511,6 +543,7 @@ def test_bits_round_trip_through_request_and_reply(
 def test_decode_bits_ignores_the_padding_bits_of_the_last_byte(
     bits: list[bool], padding: int
 ) -> None:
+    """decode_bits ignores whatever the padding bits of the last byte hold."""
     reply = bytearray(bits_reply(1, 1, bits))
     if len(bits) % 8:
         reply[-1] |= padding << (len(bits) % 8) & 0xFF
@@ -520,6 +553,7 @@ def test_decode_bits_ignores_the_padding_bits_of_the_last_byte(
 @given(address=st.integers(0, 65535 - 1968),
        bits=st.lists(st.booleans(), min_size=1, max_size=1968))  # fmt: skip
 def test_write_coils_packs_bits_as_a_read_of_them_unpacks(address: int, bits: list[bool]) -> None:
+    """write_coils packs bits as a read reply carries them, and its echo passes check_write."""
     request = Request.write_coils(1, address, bits)
     assert request[6] == len(request) - 7
     assert request[7:] == bits_reply(1, 15, bits)[3:]
@@ -529,6 +563,7 @@ def test_write_coils_packs_bits_as_a_read_of_them_unpacks(address: int, bits: li
 @given(address=st.integers(0, 65535 - 123),
        values=st.lists(st.integers(0, 65535), min_size=1, max_size=123))  # fmt: skip
 def test_write_registers_carries_the_values_big_endian(address: int, values: list[int]) -> None:
+    """write_registers carries the values big-endian, and its echo passes check_write."""
     request = Request.write_registers(1, address, values)
     assert list(struct.unpack(f">{len(values)}H", request[7:])) == values
     check_write(request, request[:6])
@@ -538,6 +573,7 @@ def test_write_registers_carries_the_values_big_endian(address: int, values: lis
 def test_a_single_register_echo_passes_only_when_address_and_value_match(
     address: int, other: int, value: int
 ) -> None:
+    """A write_register echo passes check_write only when its address matches the request's."""
     request = Request.write_register(1, address, value)
     echo = request[:2] + struct.pack(">HH", other, value)
     if other == address:
@@ -549,6 +585,7 @@ def test_a_single_register_echo_passes_only_when_address_and_value_match(
 
 # --- exceptions --------------------------------------------------------------------------------
 def test_the_spec_exception_example_decodes_to_illegal_data_address() -> None:
+    """The spec's exception example raises ModbusException 2, illegal data address, worded fully."""
     with pytest.raises(ModbusException) as info:
         decode_bits(Request.read_coils(1, 1185, 1), h("01 81 02"))
     exc = info.value
@@ -574,6 +611,7 @@ def test_the_spec_exception_example_decodes_to_illegal_data_address() -> None:
     ],
 )
 def test_each_standard_exception_code_is_named(code: int, name: str) -> None:
+    """Each standard exception code has its spec name, in ModbusException's name and message."""
     assert EXCEPTION_NAMES[code] == name
     exc = ModbusException(code, 1, 3)
     assert exc.name == name
@@ -582,6 +620,7 @@ def test_each_standard_exception_code_is_named(code: int, name: str) -> None:
 
 @pytest.mark.parametrize("code", [7, 9, 0x0C, 0xFF])
 def test_an_unnamed_exception_code_reads_exception_n(code: int) -> None:
+    """An exception code without a standard name reads "exception N"."""
     assert ModbusException(code, 1, 3).name == f"exception {code}"
 
 
@@ -600,6 +639,7 @@ def test_an_unnamed_exception_code_reads_exception_n(code: int) -> None:
 def test_every_decoder_raises_the_exception_a_reply_carries(
     request_bytes: bytes, reply: str, function: int
 ) -> None:
+    """An exception reply to any function raises ModbusException with its code, unit, function."""
     with pytest.raises(ModbusException) as info:
         decode(request_bytes, h(reply))
     assert (info.value.code, info.value.unit, info.value.function) == (4, 9, function)
@@ -607,32 +647,38 @@ def test_every_decoder_raises_the_exception_a_reply_carries(
 
 
 def test_an_exception_for_an_unknown_function_still_reads_well() -> None:
+    """A ModbusException for an unknown function still gives a readable message."""
     assert str(ModbusException(1, 2, 0x2B)) == (
         "modbus exception 1 (illegal function) from unit 2 to function (function code 43)"
     )
 
 
 def test_a_modbus_exception_survives_pickling() -> None:
+    """A ModbusException keeps its code, unit, function and name through pickling."""
     exc = pickle.loads(pickle.dumps(ModbusException(3, 7, 16)))
     assert (exc.code, exc.unit, exc.function, exc.name) == (3, 7, 16, "illegal data value")
 
 
 # --- Modbus over a blocking client -------------------------------------------------------------
 def test_modbus_reads_holding_registers_from_the_device() -> None:
+    """Modbus.read_holding_registers returns the device's register values."""
     assert Modbus(FakeClient()).read_holding_registers(1, 0, 10) == list(range(10))
 
 
 def test_modbus_reads_input_registers_from_the_device() -> None:
+    """Modbus.read_input_registers returns the device's input register values."""
     assert Modbus(FakeClient()).read_input_registers(1, 5, 3) == [1005, 1006, 1007]
 
 
 def test_modbus_reads_coils_and_discrete_inputs_from_the_device() -> None:
+    """Modbus reads the device's coils and discrete inputs as lists of bools."""
     bus = Modbus(FakeClient())
     assert bus.read_coils(1, 0, 11) == [i % 2 == 1 for i in range(11)]
     assert bus.read_discrete_inputs(1, 3, 9) == [(i // 2) % 2 == 1 for i in range(3, 12)]
 
 
 def test_modbus_writes_registers_the_device_then_reads_back() -> None:
+    """Registers written through Modbus (single returns None) read back from the device."""
     bus = Modbus(FakeClient())
     assert bus.write_register(1, 4, 0xBEEF) is None  # type: ignore[func-returns-value]
     bus.write_registers(1, 10, [7, 8, 9])
@@ -640,6 +686,7 @@ def test_modbus_writes_registers_the_device_then_reads_back() -> None:
 
 
 def test_modbus_writes_coils_the_device_then_reads_back() -> None:
+    """Coils written through Modbus read back from the device."""
     bus = Modbus(FakeClient())
     bus.write_coil(1, 0, True)
     bus.write_coils(1, 2, [True, True, False])
@@ -647,12 +694,14 @@ def test_modbus_writes_coils_the_device_then_reads_back() -> None:
 
 
 def test_modbus_sends_the_builders_bytes() -> None:
+    """Modbus sends exactly the request builder's bytes as the call."""
     client = FakeClient()
     Modbus(client).read_holding_registers(1, 0, 10)
     assert client.link.calls[0][0] == h("01 03 0000 000a")
 
 
 def test_modbus_passes_its_call_options_with_every_call() -> None:
+    """Modbus passes its timeout, retry and wait options with every call."""
     client = FakeClient()
     bus = Modbus(client, timeout=0.5, retry=1, wait=True)
     bus.read_coils(1, 0, 1)
@@ -663,18 +712,21 @@ def test_modbus_passes_its_call_options_with_every_call() -> None:
 
 
 def test_modbus_leaves_the_call_options_to_the_daemon_by_default() -> None:
+    """By default Modbus sends no timeout or retry (the daemon's) and wait False."""
     client = FakeClient()
     Modbus(client).read_coils(1, 0, 1)
     assert client.link.calls[0][1] == {"timeout": None, "retry": None, "wait": False}
 
 
 def test_modbus_raises_the_exception_the_device_answers() -> None:
+    """Modbus raises the ModbusException the device answers a read with."""
     with pytest.raises(ModbusException) as info:
         Modbus(FakeClient()).read_holding_registers(1, 99, 2)  # the sim has registers 0..99
     assert (info.value.code, info.value.unit, info.value.function) == (2, 1, 3)
 
 
 def test_modbus_raises_the_exception_a_write_is_answered_with() -> None:
+    """Modbus raises the ModbusException the device answers a write with."""
     client = FakeClient()
     with pytest.raises(ModbusException, match="illegal data address") as info:
         Modbus(client).write_registers(1, 98, [1, 2, 3])
@@ -682,6 +734,7 @@ def test_modbus_raises_the_exception_a_write_is_answered_with() -> None:
 
 
 def test_modbus_passes_a_client_error_through_unchanged() -> None:
+    """Modbus lets a ClientError (a timeout) through unchanged, not as a Modbus error."""
     client = FakeClient()
     with pytest.raises(ClientError) as info:
         Modbus(client).read_holding_registers(2, 0, 1)  # unit 2 is silent
@@ -690,6 +743,7 @@ def test_modbus_passes_a_client_error_through_unchanged() -> None:
 
 
 def test_modbus_validates_arguments_before_calling() -> None:
+    """Modbus rejects bad arguments before making any call."""
     client = FakeClient()
     with pytest.raises(ValueError, match="count of registers 126"):
         Modbus(client).read_holding_registers(1, 0, 126)
@@ -697,39 +751,46 @@ def test_modbus_validates_arguments_before_calling() -> None:
 
 
 def test_modbus_maps_a_device_error_reply_to_its_exception() -> None:
+    """Modbus turns a device error reply into the ModbusException it carries."""
     client = ScriptedClient(6, h("01 83 06"))
     with pytest.raises(ModbusException, match="server device busy"):
         Modbus(client).read_holding_registers(1, 0, 1)
 
 
 def test_modbus_maps_exception_code_255_like_any_other() -> None:
+    """Modbus maps exception code 255 to a ModbusException like any other code."""
     with pytest.raises(ModbusException, match="exception 255") as info:
         Modbus(ScriptedClient(255, h("01 86 ff"))).write_register(1, 0, 1)
     assert info.value.code == 255
 
 
 def test_modbus_refuses_a_status_that_is_not_the_exception_code() -> None:
+    """Modbus raises ModbusReplyError when the device status differs from the exception code."""
     with pytest.raises(ModbusReplyError, match="device status 3 with exception code 2"):
         Modbus(ScriptedClient(3, h("01 83 02"))).read_holding_registers(1, 0, 1)
 
 
 def test_modbus_refuses_an_error_status_with_a_normal_response() -> None:
+    """Modbus raises ModbusReplyError for an error status carrying a normal response."""
     client = ScriptedClient(2, h("01 03 02 0000"))
     with pytest.raises(ModbusReplyError, match="device status 2 with a normal function 3"):
         Modbus(client).read_holding_registers(1, 0, 1)
 
 
 def test_modbus_refuses_an_error_status_with_no_data() -> None:
+    """Modbus raises ModbusReplyError for an error status with no data."""
     with pytest.raises(ModbusReplyError, match="reply of 0 bytes"):
         Modbus(ScriptedClient(7, b"")).read_holding_registers(1, 0, 1)
 
 
 def test_modbus_raises_a_reply_error_for_a_reply_that_does_not_fit() -> None:
+    """Modbus raises ModbusReplyError for a reply whose byte count does not fit the request."""
     with pytest.raises(ModbusReplyError, match="byte count 2 for 2 registers"):
         Modbus(ScriptedClient(0, h("01 03 02 0000"))).read_holding_registers(1, 0, 2)
 
 
 def test_modbus_returns_none_for_a_broadcast_write() -> None:
+    """Modbus sends a broadcast write and returns None on its empty reply."""
     client = ScriptedClient(0, b"")
     Modbus(client).write_coils(0, 0, [True])
     assert client.sent == [h("00 0f 0000 0001 01 01")]
@@ -737,6 +798,8 @@ def test_modbus_returns_none_for_a_broadcast_write() -> None:
 
 # --- AsyncModbus -------------------------------------------------------------------------------
 def test_async_modbus_reads_and_writes_the_device() -> None:
+    """AsyncModbus writes and reads back registers, coils and discrete inputs on the device."""
+
     async def main() -> tuple[list[int], list[int], list[bool], list[bool]]:
         bus = AsyncModbus(FakeAsyncClient())
         await bus.write_register(1, 0, 42)
@@ -759,12 +822,14 @@ def test_async_modbus_reads_and_writes_the_device() -> None:
 
 
 def test_async_modbus_passes_its_call_options_with_every_call() -> None:
+    """AsyncModbus passes its timeout, retry and wait options with every call."""
     client = FakeAsyncClient()
     asyncio.run(AsyncModbus(client, timeout=2.0, retry=0).read_coils(1, 0, 1))
     assert client.link.calls[0][1] == {"timeout": 2.0, "retry": 0, "wait": False}
 
 
 def test_async_modbus_raises_the_exception_the_device_answers() -> None:
+    """AsyncModbus raises the ModbusException the device answers with."""
     bus = AsyncModbus(FakeAsyncClient())
     with pytest.raises(ModbusException) as info:
         asyncio.run(bus.read_input_registers(1, 100, 1))
@@ -772,11 +837,14 @@ def test_async_modbus_raises_the_exception_the_device_answers() -> None:
 
 
 def test_async_modbus_passes_a_client_error_through_unchanged() -> None:
+    """AsyncModbus lets a ClientError (a timeout) through unchanged."""
     with pytest.raises(ClientError, match="timeout"):
         asyncio.run(AsyncModbus(FakeAsyncClient()).write_coil(3, 0, True))
 
 
 def test_async_modbus_has_every_method_of_modbus_as_a_coroutine() -> None:
+    """AsyncModbus has each of Modbus's 8 methods as a coroutine with the same parameters."""
+
     def public(cls: type) -> set[str]:
         return {name for name in vars(cls) if not name.startswith("_")}
 
@@ -789,6 +857,7 @@ def test_async_modbus_has_every_method_of_modbus_as_a_coroutine() -> None:
 
 
 def test_the_real_clients_fit_the_wrappers() -> None:
+    """The real Client and AsyncClient fit the Modbus and AsyncModbus wrappers."""
     sync: Caller = Client("/nonexistent/verld.sock")  # checked by mypy: Client fits Caller
     aio: AsyncCaller = AsyncClient("/nonexistent/verld.sock")
     assert Modbus(sync).client is sync

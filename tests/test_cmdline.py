@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import SimProc, skip_unless_nobody_can_import, stop_process, wait_for, write_config
+from support import SimProc, nobody_python, stop_process, wait_for, write_config
 
 from verld.client import Client, Unreachable
 from verld.cmdline import (
@@ -103,8 +103,8 @@ class TestQuickStartSocket:
 
     @pytest.mark.parametrize("env", [{}, {"XDG_RUNTIME_DIR": ""}, {"XDG_RUNTIME_DIR": "run"}])
     def test_user_without_runtime_dir_must_say_where(self, env: dict[str, str]) -> None:
-        """No (absolute) $XDG_RUNTIME_DIR and no --socket: a usage error asking for --socket,
-        never a made-up shared directory."""
+        """No absolute $XDG_RUNTIME_DIR and no --socket: a usage error asking for --socket."""
+        # Never a made-up shared directory.
         message = usage_of("sim", euid=1000, env=env)
         assert "--socket PATH" in message and "not a shared one such as /tmp" in message
 
@@ -158,8 +158,8 @@ class TestOnTopOfConfig:
         assert (s.cfg.device.port, s.cfg.api.socket) == ("/dev/ttyS3", str(tmp_path / "verld.sock"))
 
     def test_codec_defaults_follow_the_command_lines_codec(self, tmp_path: Path) -> None:
-        """A codec given on the command line brings its timeout/retry defaults where the
-        file does not set them, and keeps the file's where it does."""
+        """A command-line codec brings its timeout/retry defaults only where the file sets none."""
+        # The file's values are kept where it does set them.
         bare = tmp_path / "bare.yaml"
         bare.write_text("device: {port: /dev/ttyS3, codec: modbus-rtu}\n")
         assert (start("-c", str(bare)).cfg.device.timeout) == 0.5
@@ -326,9 +326,9 @@ def sockdir() -> Iterator[Path]:
 
 @pytest.mark.timeout(60)
 def test_quick_start_on_the_simulated_device(sockdir: Path) -> None:
-    """`verld sim --socket DIR/x.sock` comes up on the built-in sim with no config file;
-    `verlctl --socket DIR/x.sock status` shows the link up; its first log record says
-    where it listens and the verlctl command; SIGTERM: exit 0, socket removed."""
+    """`verld sim --socket DIR/x.sock` serves the built-in sim with no config, stops cleanly."""
+    # `verlctl --socket DIR/x.sock status` shows the link up; its first log record says where it
+    # listens and the verlctl command; SIGTERM: exit 0, socket removed.
     sock = str(sockdir / "x.sock")
     d = Daemon(verld_cmd("sim", "--socket", sock), sockdir / "err", sock, env=clean_env())
     try:
@@ -346,8 +346,8 @@ def test_quick_start_on_the_simulated_device(sockdir: Path) -> None:
 
 @pytest.mark.timeout(30)
 def test_no_arguments_and_no_default_config_exits_2_creating_nothing(tmp_path: Path) -> None:
-    """`verld` with the default config missing prints its usage, exits 2, and creates
-    no socket, no directory, no file (here, in $XDG_RUNTIME_DIR, nor /run/verld)."""
+    """`verld` without its default config prints usage, exits 2 and creates nothing."""
+    # No socket, no directory, no file (here, in $XDG_RUNTIME_DIR, nor /run/verld).
     xdg = tmp_path / "xdg"
     xdg.mkdir()
     missing = tmp_path / "etc" / "verld.yaml"
@@ -385,8 +385,9 @@ def test_version_still_works() -> None:
 
 @pytest.mark.timeout(60)
 def test_port_on_top_of_config_survives_a_reload(sockdir: Path) -> None:
-    """`verld --config FILE sim`: the file names a device that does not exist, PORT wins
-    (the link comes up on the sim), and a reload re-reads the file with PORT on top."""
+    """A command-line PORT overrides the config file's device and stays on top after a reload."""
+    # `verld --config FILE sim`: the file names a device that does not exist, PORT wins (the link
+    # comes up on the sim), and a reload re-reads the file with PORT on top.
     config = write_config(sockdir, "/dev/verld-test-no-such-port")
     sock = str(sockdir / "verld.sock")
     d = Daemon(verld_cmd("--config", str(config), "sim"), sockdir / "err", sock,
@@ -407,14 +408,15 @@ def test_port_on_top_of_config_survives_a_reload(sockdir: Path) -> None:
 
 
 def as_nobody() -> list[str]:
-    """The command prefix that runs as a non-root user: nothing when not root, else
-    setpriv to nobody (skips when setpriv is missing)."""
+    """The Python command that runs as a non-root user: this Python when not root, else
+    setpriv to nobody and a Python nobody may run verld with (support.nobody_python: a
+    readable copy of verld where nobody cannot read this checkout; skips when none)."""
     if os.geteuid() != 0:
-        return []
+        return [sys.executable]
     if shutil.which("setpriv") is None:
         pytest.skip("running as another user needs setpriv")
-    skip_unless_nobody_can_import()
-    return ["setpriv", f"--reuid={NOBODY}", "--regid=nogroup", "--clear-groups"]
+    return ["setpriv", f"--reuid={NOBODY}", "--regid=nogroup", "--clear-groups",
+            *nobody_python()]  # fmt: skip
 
 
 @pytest.fixture
@@ -432,27 +434,28 @@ def runtime_dir(pubdir: Path) -> Path:
 def test_user_quick_start_listens_in_xdg_runtime_dir_and_verlctl_finds_it(
     runtime_dir: Path,
 ) -> None:
-    """Not root, `verld tcp://...` listens on $XDG_RUNTIME_DIR/verld.sock; verlctl with
-    no --socket and no $VERLD_SOCKET finds it there (no /run/verld/verld.sock here).
-
-    The device is verld-sim on TCP, started here: a user's verld reaches it without
-    starting a child (the venv's Python may not be executable by nobody for a child)."""
+    """A non-root verld listens in $XDG_RUNTIME_DIR/verld.sock and verlctl finds it there."""
+    # Not root, `verld tcp://...` listens on $XDG_RUNTIME_DIR/verld.sock; verlctl with no --socket
+    # and no $VERLD_SOCKET finds it there (no /run/verld/verld.sock here).
+    #
+    # The device is verld-sim on TCP, started here: a user's verld reaches it without starting a
+    # child (the venv's Python may not be executable by nobody for a child).
     if os.path.lexists("/run/verld/verld.sock"):
         pytest.skip("a system verld socket exists: verlctl would take that one")
-    prefix = as_nobody()
+    python = as_nobody()
     env = clean_env(XDG_RUNTIME_DIR=str(runtime_dir))
     sock = str(runtime_dir / "verld.sock")
     simdir = runtime_dir.parent / "sim"
     simdir.mkdir()
     sim = SimProc(simdir, tcp=True)
     try:
-        d = Daemon([*prefix, *verld_cmd(sim.address)], runtime_dir.parent / "err", sock,
+        d = Daemon([*python, "-m", "verld", sim.address], runtime_dir.parent / "err", sock,
                    env=env, cwd=Path("/"))  # fmt: skip
     except BaseException:
         sim.stop()
         raise
     try:
-        r = subprocess.run([*prefix, sys.executable, "-m", "verld.ctl", "status"],
+        r = subprocess.run([*python, "-m", "verld.ctl", "status"],
                            capture_output=True, text=True, timeout=20, env=env, cwd="/",
                            check=False)  # fmt: skip
         assert r.returncode == 0, r.stderr
@@ -465,10 +468,10 @@ def test_user_quick_start_listens_in_xdg_runtime_dir_and_verlctl_finds_it(
     assert not os.path.lexists(sock)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)  # nobody_python may copy verld first
 def test_user_without_runtime_dir_is_asked_for_a_socket(pubdir: Path) -> None:
     """Not root, no $XDG_RUNTIME_DIR, no --socket: exit 2 asking for --socket, nothing made."""
-    r = subprocess.run([*as_nobody(), *verld_cmd("sim")], capture_output=True, text=True,
+    r = subprocess.run([*as_nobody(), "-m", "verld", "sim"], capture_output=True, text=True,
                        timeout=20, env=clean_env(), cwd=pubdir, check=False)  # fmt: skip
     assert r.returncode == 2
     assert "give one with --socket PATH" in r.stderr

@@ -246,8 +246,7 @@ class TestOneLinePerCall:
             assert codec.refuse(payload) is None, payload
 
     def test_other_terminators_keep_cr(self) -> None:
-        """With a terminator other than `\\n`, a CR is an ordinary byte; the terminator
-        inside is refused."""
+        """With a terminator other than `\\n`, CR is ordinary; the terminator inside is refused."""
         codec = LineCodec(MAX, terminator="\r")
         assert codec.refuse(b"A\nB\r") is None
         assert codec.refuse(b"A\rB") is not None

@@ -15,6 +15,7 @@ from verld.codec.base import Inbound, Kind, LinkCodec
 from verld.codec.modbus import (
     ModbusRtuCodec,
     ModbusTcpCodec,
+    RtuRequestScanner,
     check_request,
     crc16,
     mbap_frame,
@@ -86,6 +87,7 @@ class TestCrc:
         assert rtu_frame(data)[len(data) :] == h(case["wire"])
 
     def test_standard_example(self) -> None:
+        """crc16 gives the standard check values and rtu_frame appends the CRC low byte first."""
         assert crc16(b"\x01\x03\x00\x00\x00\x0a") == 0xCDC5
         assert rtu_frame(h("01 03 00 00 00 0a")) == h("01 03 00 00 00 0a c5 cd")
         assert crc16(b"123456789") == 0x4B37  # the catalogue check value
@@ -104,6 +106,7 @@ class TestCrc:
 
 class TestCheckRequest:
     def test_valid(self) -> None:
+        """Well-formed RTU and TCP requests, a 253-byte PDU included, pass check_request."""
         assert check_request(h("01 03 00 00 00 0a"), rtu=True) is None
         assert check_request(b"\xf7\x11", rtu=True) is None
         assert check_request(b"\xff\x03" + bytes(252), rtu=False) is None  # PDU of 253
@@ -120,11 +123,13 @@ class TestCheckRequest:
         ],
     )
     def test_invalid(self, payload: bytes, rtu: bool, reason: str) -> None:
+        """check_request names why a request is invalid: no unit, long PDU, bad unit or function."""
         found = check_request(payload, rtu=rtu)
         assert found is not None
         assert reason in found
 
     def test_encode_rejects_invalid(self) -> None:
+        """Both codecs' encode_request raise ValueError naming why a request is invalid."""
         with pytest.raises(ValueError, match="unit 248"):
             ModbusRtuCodec(MAX).encode_request(0, b"\xf8\x03\x00\x00\x00\x01")
         with pytest.raises(ValueError, match="needs a unit id"):
@@ -144,11 +149,13 @@ class TestRtuLengths:
         assert rtu_request_length(frame[:needed]) == len(frame)
 
     def test_request_length_unknown(self) -> None:
+        """rtu_request_length is None for requests whose length their bytes do not tell."""
         assert rtu_request_length(h("01 2b 0e 01 00")) is None
         assert rtu_request_length(h("01 83 02 c0 f1")) is None
 
     @pytest.mark.parametrize("case", V["rtu"]["responses"], ids=_ids(V["rtu"]["responses"]))
     def test_response_length(self, case: dict[str, Any]) -> None:
+        """rtu_response_length is each vector's frame length, or None where only silence ends it."""
         frame = h(case["frame"])
         assert rtu_response_length(frame) == (None if case["flush"] else len(frame))
 
@@ -278,12 +285,14 @@ class TestTcpCodec:
         assert mbap_frame(case["tid"], payload) == h(case["frame"])
 
     def test_encode_bad_tid(self) -> None:
+        """ModbusTcpCodec refuses a transaction id above 65535 with ValueError."""
         with pytest.raises(ValueError, match="transaction id"):
             ModbusTcpCodec(MAX).encode_request(65536, h("01 03 00 00 00 01"))
 
     @pytest.mark.parametrize("bytewise", [False, True])
     @pytest.mark.parametrize("case", V["tcp"]["responses"], ids=_ids(V["tcp"]["responses"]))
     def test_decode(self, case: dict[str, Any], bytewise: bool) -> None:
+        """Each vector's MBAP response decodes to its reply, whole or bytewise, no bad frame."""
         codec = ModbusTcpCodec(MAX)
         codec.encode_request(case["tid"], h(case["request"]))
         frame = h(case["frame"])
@@ -454,8 +463,8 @@ class TestResponseShape:
     def test_a_reply_that_does_not_fit_the_request_is_a_bad_frame(
         self, request_hex: str, late_hex: str
     ) -> None:
-        """A late answer to another request of the same unit and function, told apart by
-        its byte count or echo, is dropped, not taken for this call's."""
+        """A late answer to another request of the same unit and function is dropped."""
+        # It is told apart by its byte count or echo.
         codec = rtu_exchange(h(request_hex))
         assert codec.feed(rtu_frame(h(late_hex)), True) == []
         assert codec.flush() == [] and codec.bad_frames == 1
@@ -484,3 +493,39 @@ class TestRtuFraming:
         """Reads, single writes, write-multiple with its data, and unknown codes pass."""
         for hexed in ("010300000001", "0106000a0007", "01100000000102abcd", "0141deadbeef"):
             assert rtu_misframed(bytes.fromhex(hexed)) is None, hexed
+
+
+class TestRtuRequestScanner:
+    """The device side without a clock (the simulator's): CRC ends unknown lengths."""
+
+    def test_requests_fed_a_byte_at_a_time_come_out_whole(self) -> None:
+        """Two requests of known length, fed byte by byte, come out as unit + PDU."""
+        scanner = RtuRequestScanner()
+        write = bytes.fromhex("01100001000204000a0102")
+        stream = rtu_frame(h("01 03 00 00 00 0a")) + rtu_frame(write)
+        got = [r for b in stream for r in scanner.feed(bytes((b,)))]
+        assert got == [h("01 03 00 00 00 0a"), write]
+        assert scanner.bad_frames == 0
+
+    def test_an_unknown_function_code_ends_at_the_first_matching_crc(self) -> None:
+        """A request whose length its bytes do not tell ends where its CRC first matches."""
+        scanner = RtuRequestScanner()
+        custom = h("01 41 de ad be ef")
+        assert scanner.feed(rtu_frame(custom) + rtu_frame(h("01 07"))) == [custom, h("01 07")]
+
+    def test_a_run_of_noise_is_one_bad_frame(self) -> None:
+        """Bytes dropped before a good request count as one bad frame, however many."""
+        scanner = RtuRequestScanner()
+        read = h("01 03 00 00 00 0a")
+        noise = h("01 03") * 4  # every byte starts a read whose CRC fails
+        stream = noise + rtu_frame(h("02 07")) + rtu_frame(read)
+        assert scanner.feed(stream) == [h("02 07"), read]
+        assert scanner.bad_frames == 1
+
+    def test_reset_forgets_a_partial_request(self) -> None:
+        """After reset, the tail of a cut request is not joined to its head."""
+        scanner = RtuRequestScanner()
+        frame = rtu_frame(h("01 03 00 00 00 0a"))
+        assert scanner.feed(frame[:4]) == []
+        scanner.reset()
+        assert scanner.feed(rtu_frame(h("01 07"))) == [h("01 07")]

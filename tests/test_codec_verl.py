@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from verld.codec import cobs
 from verld.codec.base import Inbound, Kind
-from verld.codec.verl import FrameDecoder, VerlCodec, VerlFrame, encode_frame
+from verld.codec.verl import (
+    FrameDecoder,
+    RequestDecoder,
+    VerlCodec,
+    VerlFrame,
+    encode_event,
+    encode_frame,
+    encode_reply,
+)
 
 MAX = 600  #: max_payload for most tests: room for 254-, 255- and 508-byte runs
 DAEMON = frozenset({0x12, 0x13})  #: what the daemon may receive
@@ -348,3 +356,35 @@ class TestVerlCodec:
             Inbound(Kind.REPLY, 2, 0, b"b")
         ]
         assert codec.bad_frames == 0
+
+
+class TestDeviceSide:
+    def test_requests_come_out_as_seq_and_payload(self) -> None:
+        """The device's decoder turns request frames into (seq, payload), in order."""
+        decoder = RequestDecoder(MAX)
+        wire = encode_frame(0x11, 7, b"\x01hi") + encode_frame(0x11, 0xFFFF, b"")
+        assert decoder.feed(wire) == [(7, b"\x01hi"), (0xFFFF, b"")]
+
+    def test_replies_and_events_are_noise_to_a_device(self) -> None:
+        """A reply or event frame sent to the device is dropped and counted, not a request."""
+        decoder = RequestDecoder(MAX)
+        assert decoder.feed(encode_frame(0x12, 1, b"\x00") + encode_frame(0x13, 0, b"e")) == []
+        assert decoder.bad_frames == 2
+        assert decoder.oversize == 0
+
+    def test_reset_forgets_a_partial_request(self) -> None:
+        """After reset, the rest of a cut request frame is noise and the next one decodes."""
+        decoder = RequestDecoder(MAX)
+        frame = encode_frame(0x11, 1, b"abc")
+        assert decoder.feed(frame[:5]) == []
+        decoder.reset()
+        assert decoder.feed(frame[5:] + encode_frame(0x11, 2, b"d")) == [(2, b"d")]
+
+    def test_reply_and_event_decode_on_the_host_side(self) -> None:
+        """encode_reply / encode_event are what VerlCodec reads as that reply and that event."""
+        codec = VerlCodec(MAX)
+        wire = encode_reply(300, 0x05, b"abc") + encode_event(b"ev")
+        assert codec.feed(wire, awaiting_reply=True) == [
+            Inbound(Kind.REPLY, 300, 0x05, b"abc"),
+            Inbound(Kind.EVENT, None, None, b"ev"),
+        ]

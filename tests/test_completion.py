@@ -279,8 +279,9 @@ def test_bash_script_registers_the_completion() -> None:
 def test_bash_completes_what_the_parser_takes(
     tree: Path, bash_completion: bool, case: Case
 ) -> None:
-    """Commands, each command's options (global ones before and after the command), option
-    values (choices, sockets, files; nothing for free-form ones), and `inhibit --`."""
+    """bash completes every command, option and option value the parser takes, and `inhibit --`."""
+    # Commands, each command's options (global ones before and after the command), option values
+    # (choices, sockets, files; nothing for free-form ones), and `inhibit --`.
     got = _normalized(case, bash_complete(tree, case.line, bash_completion=bash_completion))
     assert not _mismatches({case: got})
 
@@ -482,8 +483,8 @@ def test_make_install_installs_the_scripts(installed: Path, script: Path, where:
 
 
 def test_bash_completion_loads_the_installed_script(installed: Path) -> None:
-    """bash-completion's on-demand loader (its -D function) finds the installed script
-    through XDG_DATA_DIRS, as it finds /usr/share/bash-completion/completions/*."""
+    """bash-completion's on-demand loader finds the installed script through XDG_DATA_DIRS."""
+    # Its -D function finds it as it finds /usr/share/bash-completion/completions/*.
     _required(BASH_COMPLETION.is_file(), f"bash-completion is not installed ({BASH_COMPLETION})")
     script = (
         f"source {BASH_COMPLETION}; loader=$(complete -p -D); loader=${{loader#*-F }}; "
@@ -501,8 +502,8 @@ def test_bash_completion_loads_the_installed_script(installed: Path) -> None:
 
 
 def test_zsh_finds_the_installed_script(zsh: str, installed: Path) -> None:
-    """zsh's own $fpath (Debian's zsh: /usr/share/zsh/vendor-completions), under DESTDIR:
-    compinit registers _verlctl for verlctl."""
+    """zsh's compinit registers _verlctl for verlctl from its own $fpath under DESTDIR."""
+    # zsh's own $fpath is Debian's zsh's /usr/share/zsh/vendor-completions.
     where = "/usr/share/zsh/vendor-completions"
     fpath = subprocess.run(
         [zsh, "-f", "-c", "print -rl -- $fpath"], capture_output=True, text=True, check=True
@@ -520,8 +521,9 @@ def test_zsh_finds_the_installed_script(zsh: str, installed: Path) -> None:
 
 
 def test_fish_finds_the_installed_script(installed: Path) -> None:
-    """fish loads vendor_completions.d under XDG_DATA_DIRS on first use of verlctl (the
-    installed one: fish completes commands it finds on PATH)."""
+    """fish loads the installed completion from vendor_completions.d on first use of verlctl."""
+    # vendor_completions.d under XDG_DATA_DIRS; the installed verlctl, since fish completes
+    # commands it finds on PATH.
     fish = shutil.which("fish")
     if fish is None:
         pytest.skip("fish is not installed")

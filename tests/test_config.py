@@ -194,8 +194,8 @@ class TestReferenceFormat:
         assert one_error("port: 70000\n").endswith("expected a TCP port 1..65535, got 70000")
 
     def test_flat_file_written_for_a_serial_device(self) -> None:
-        """The new user's file (a device path and a baud rate at the top level): every
-        key named where it goes, at once, with its line."""
+        """A flat new-user file gets every key named where it goes, all at once, with its line."""
+        # The new user's file: a device path and a baud rate at the top level.
         assert errors_of("port: /dev/ttyUSB0\nbaudrate: 9600\ncodec: line\ntimeout: 2\n") == [
             "x.yaml:1: port: expected a TCP port 1..65535 (the reference flat format), "
             "got '/dev/ttyUSB0'; did you mean 'device.port'?",

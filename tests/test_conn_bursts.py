@@ -68,8 +68,8 @@ class Transport:
 
 
 def test_a_large_read_is_handled_a_burst_per_turn_in_order() -> None:
-    """Five bursts' worth of messages in one read: BURST per loop turn, all in order,
-    reading paused meanwhile and resumed after the last."""
+    """Five bursts in one read are handled a burst per loop turn, in order, reading paused."""
+    # Reading is paused meanwhile and resumed after the last burst.
 
     async def main() -> None:
         host, transport = Host(), Transport()

@@ -217,8 +217,8 @@ def system_libs() -> None:
 
 
 def test_lintian_reports_no_error(deb: Path) -> None:
-    """lintian finds no error in the .deb (debian/verld.lintian-overrides explains the tags
-    it keeps; `make deb` fails on warnings too)."""
+    """lintian finds no error in the .deb."""
+    # debian/verld.lintian-overrides explains the tags it keeps; `make deb` fails on warnings too.
     proc = subprocess.run(
         ["lintian", "--fail-on", "none", str(deb)],
         env=clean_env(),
@@ -235,16 +235,17 @@ def test_lintian_reports_no_error(deb: Path) -> None:
 
 
 def test_programs_in_usr_bin(contents: dict[str, str]) -> None:
-    """verld, verlctl and verld-sim in /usr/bin, executable; no verld-mqtt (no aiomqtt in
-    Debian 12), and neither pip's nor pyserial's scripts."""
+    """The .deb puts verld, verlctl and verld-sim in /usr/bin, executable, and no other program."""
+    # No verld-mqtt (no aiomqtt in Debian 12), and neither pip's nor pyserial's scripts.
     programs = {p for p in contents if p.startswith("/usr/bin/") and not p.endswith("/")}
     assert programs == {"/usr/bin/verld", "/usr/bin/verlctl", "/usr/bin/verld-sim"}
     assert all(contents[p] == "-rwxr-xr-x" for p in programs)
 
 
 def test_units_sysusers_tmpfiles_udev_under_usr_lib(contents: dict[str, str]) -> None:
-    """The units in /usr/lib/systemd/system (not verld-mqtt.service), sysusers, tmpfiles and
-    the udev rule under /usr/lib, and nothing under the unmerged /lib."""
+    """The units, sysusers, tmpfiles and udev rule are under /usr/lib and nothing under /lib."""
+    # The units in /usr/lib/systemd/system (not verld-mqtt.service); nothing under the unmerged
+    # /lib.
     units = {p for p in contents if p.startswith("/usr/lib/systemd/system/") and p[-1] != "/"}
     assert units == {f"/usr/lib/systemd/system/{unit}" for unit in UNITS}
     for path in (
@@ -257,8 +258,8 @@ def test_units_sysusers_tmpfiles_udev_under_usr_lib(contents: dict[str, str]) ->
 
 
 def test_unit_files_are_the_repositorys(root: Path) -> None:
-    """The units, sysusers, tmpfiles and udev files are systemd/'s, byte for byte: their
-    ExecStart=/usr/bin/verld is where the package puts verld."""
+    """The packaged units, sysusers, tmpfiles and udev files are systemd/'s, byte for byte."""
+    # Their ExecStart=/usr/bin/verld is where the package puts verld.
     pairs = {f"usr/lib/systemd/system/{unit}": f"systemd/{unit}" for unit in UNITS}
     pairs |= {
         "usr/lib/sysusers.d/verld.conf": "systemd/verld.sysusers",
@@ -275,8 +276,9 @@ def test_unit_files_are_the_repositorys(root: Path) -> None:
 
 
 def test_config_docs_man_pages_completions(contents: dict[str, str]) -> None:
-    """/etc/verld/verld.yaml; README and docs (compressed), the ports drop-in example
-    (uncompressed, to be copied), the man pages and bash, zsh and fish completion."""
+    """The .deb ships the config, docs, ports drop-in example, man pages and shell completions."""
+    # /etc/verld/verld.yaml; README and docs (compressed), the ports drop-in example
+    # (uncompressed, to be copied), the man pages and bash, zsh and fish completion.
     expected = [
         "/etc/verld/verld.yaml",
         "/usr/share/doc/verld/copyright",
@@ -300,8 +302,8 @@ def test_config_docs_man_pages_completions(contents: dict[str, str]) -> None:
 
 
 def test_no_mqtt_bridge_and_no_bytecode(contents: dict[str, str]) -> None:
-    """verld/mqtt/ is not packaged (verld-mqtt needs aiomqtt); no compiled files either
-    (py3compile makes them at installation)."""
+    """The .deb packages neither verld/mqtt/ nor compiled bytecode."""
+    # verld-mqtt needs aiomqtt; py3compile makes the compiled files at installation.
     site = "/usr/lib/python3/dist-packages/"
     assert f"{site}verld/__init__.py" in contents
     assert f"{site}verld/daemon.py" in contents
@@ -313,8 +315,9 @@ def test_no_mqtt_bridge_and_no_bytecode(contents: dict[str, str]) -> None:
 
 
 def test_dist_info_names_only_packaged_files(root: Path) -> None:
-    """The dist-info's console scripts are the three in /usr/bin, and its RECORD lists no
-    verld-mqtt file (both dropped with the bridge)."""
+    """The dist-info names only the three packaged console scripts and no verld-mqtt file."""
+    # Its console scripts are the three in /usr/bin, and its RECORD lists no verld-mqtt file
+    # (both dropped with the bridge).
     (info,) = root.glob("usr/lib/python3/dist-packages/verld-*.dist-info")
     entry_points = (info / "entry_points.txt").read_text().splitlines()
     scripts = {line.split("=")[0].strip() for line in entry_points}
@@ -325,8 +328,8 @@ def test_dist_info_names_only_packaged_files(root: Path) -> None:
 
 
 def test_conffiles(control: Path) -> None:
-    """/etc/verld/verld.yaml is a conffile (debhelper marks what the package puts in /etc):
-    an admin's edits survive upgrades."""
+    """/etc/verld/verld.yaml is a conffile, so an admin's edits survive upgrades."""
+    # debhelper marks what the package puts in /etc.
     assert (control / "conffiles").read_text().split() == ["/etc/verld/verld.yaml"]
 
 
@@ -341,8 +344,9 @@ def test_version_is_verlds(deb: Path) -> None:
 
 
 def test_depends_and_recommends(deb: Path) -> None:
-    """Depends: python3-serial, python3-yaml and python3-structlog at pyproject's floors,
-    not python3-uvloop, which is recommended with python3-systemd."""
+    """Depends: serial, yaml, structlog at pyproject's floors; uvloop and systemd recommended."""
+    # Depends: python3-serial, python3-yaml and python3-structlog at pyproject's floors, not
+    # python3-uvloop, which is recommended with python3-systemd.
     depends = relations(field(deb, "Depends"))
     recommends = relations(field(deb, "Recommends"))
     assert {"python3-serial", "python3-yaml", "python3-structlog", "python3"} <= depends.keys()
@@ -362,6 +366,7 @@ def test_depends_and_recommends(deb: Path) -> None:
 
 
 def test_architecture_and_section(deb: Path) -> None:
+    """The .deb is package verld for architecture all."""
     assert field(deb, "Architecture") == "all"
     assert field(deb, "Package") == "verld"
 
@@ -370,9 +375,9 @@ def test_architecture_and_section(deb: Path) -> None:
 
 
 def test_postinst_creates_user_and_runtime_dir_and_enables_nothing(control: Path) -> None:
-    """postinst runs systemd-sysusers and systemd-tmpfiles --create on the packaged files,
-    and enables no unit: `deb-systemd-helper enable` only under `debian-installed`
-    (an upgrade keeps what the admin enabled), never `systemctl enable`."""
+    """postinst runs systemd-sysusers and systemd-tmpfiles --create and enables no unit."""
+    # `deb-systemd-helper enable` only under `debian-installed` (an upgrade keeps what the admin
+    # enabled), never `systemctl enable`.
     postinst = (control / "postinst").read_text()
     assert re.search(r"^\s*systemd-sysusers .*\bverld\.conf$", postinst, re.M), postinst
     assert re.search(r"^\s*systemd-tmpfiles .*--create verld\.conf\b", postinst, re.M), postinst
@@ -394,8 +399,9 @@ def test_units_stopped_on_removal(control: Path) -> None:
 
 
 def test_sysusers_and_tmpfiles_work_in_a_root(deb: Path, tmp_path: Path) -> None:
-    """What postinst runs, in a root of its own: systemd-sysusers makes users verld (in
-    dialout) and verld-mqtt, systemd-tmpfiles then /run/verld owned by verld."""
+    """In a root of its own, what postinst runs makes verld and verld-mqtt and /run/verld."""
+    # systemd-sysusers makes users verld (in dialout) and verld-mqtt, systemd-tmpfiles then
+    # /run/verld owned by verld.
     for tool in ("systemd-sysusers", "systemd-tmpfiles"):
         required(shutil.which(tool, path=DEB_PATH) is not None, f"{tool} is not installed")
     if os.geteuid() != 0:
@@ -416,8 +422,8 @@ def test_sysusers_and_tmpfiles_work_in_a_root(deb: Path, tmp_path: Path) -> None
 
 @pytest.mark.usefixtures("system_libs")
 def test_packaged_verld_imports_from_the_package_and_debian(root: Path) -> None:
-    """Debian's python3 takes verld from the unpacked package and its libraries from
-    Debian's python3-* packages."""
+    """Debian's python3 imports verld from the unpacked package and its libraries from Debian's."""
+    # Its libraries come from Debian's python3-* packages.
     code = "import serial, structlog, verld, yaml; print(verld.__file__, structlog.__file__)"
     probe = run(system_python("-c", code), env=root_env(root), cwd=root).stdout.split()
     assert probe[0] == str(root / "usr/lib/python3/dist-packages/verld/__init__.py")
@@ -426,8 +432,9 @@ def test_packaged_verld_imports_from_the_package_and_debian(root: Path) -> None:
 
 @pytest.mark.usefixtures("system_libs")
 def test_packaged_programs_start(root: Path) -> None:
-    """The packaged verld checks the packaged config; verld --version is verld's;
-    verlctl and verld-sim answer --help."""
+    """The packaged verld checks its config and tells its version; verlctl and verld-sim help."""
+    # verld checks the packaged config; verld --version is verld's; verlctl and verld-sim answer
+    # --help.
     env = root_env(root)
     verld_bin = str(root / "usr/bin/verld")
     config = str(root / "etc/verld/verld.yaml")
@@ -442,8 +449,8 @@ def test_packaged_programs_start(root: Path) -> None:
 
 @pytest.mark.usefixtures("system_libs")
 def test_packaged_daemon_serves_the_simulated_device(root: Path, tmp_path: Path) -> None:
-    """The packaged verld on `device.port: sim` (its verld-sim child from the package
-    too), asked by the packaged verlctl: the link comes up; SIGTERM stops it with 0."""
+    """The packaged verld brings the link up on `port: sim` and SIGTERM stops it with exit 0."""
+    # Its verld-sim child comes from the package too, and it is asked by the packaged verlctl.
     sock = tmp_path / "verld.sock"
     config = tmp_path / "verld.yaml"
     config.write_text(
@@ -503,8 +510,9 @@ def staged(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_make_install_for_usr_leaves_dependencies_to_the_distribution(staged: Path) -> None:
-    """For PREFIX=/usr pip runs with --no-deps: verld's programs and package, but neither
-    pyserial's scripts (pyserial-miniterm, pyserial-ports) nor its dependencies' packages."""
+    """`make install` with PREFIX=/usr installs verld without its dependencies (pip --no-deps)."""
+    # verld's programs and package, but neither pyserial's scripts (pyserial-miniterm,
+    # pyserial-ports) nor its dependencies' packages.
     programs = {p.name for p in (staged / "usr/bin").iterdir()}
     assert {"verld", "verlctl", "verld-sim"} <= programs
     assert not programs & {"pyserial-miniterm", "pyserial-ports"}

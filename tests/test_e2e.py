@@ -299,8 +299,8 @@ class TestOtherCodecs:
             sim.stop()
 
     def test_length_over_tcp_guards_after_a_timeout(self, tmp_path: Path) -> None:
-        """length on TCP: a timed-out try waits out the quiet guard, which swallows its
-        late reply; the connection stays (no reconnect, same generation)."""
+        """On TCP a timed-out length try waits out the guard, which swallows its late reply."""
+        # The connection stays (no reconnect, same generation).
         sim = SimProc(tmp_path, "--tcp", "0", codec="length")
         try:
             target = sim.ready.split()[1]

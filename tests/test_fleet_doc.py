@@ -52,11 +52,13 @@ def _doc_topics(prefix: str) -> set[str]:
 
 
 def test_the_page_has_configs_to_check() -> None:
+    """docs/fleet.md has at least three verld-mqtt configs in its yaml blocks."""
     assert len(CONFIGS) >= 3, "no verld-mqtt config found in the ```yaml blocks"
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[f"yaml{i}" for i in range(len(CONFIGS))])
 def test_each_config_on_the_page_passes_check_config(config: str, tmp_path: Path) -> None:
+    """Each verld-mqtt config on docs/fleet.md passes `verld-mqtt --check-config`."""
     path = tmp_path / "mqtt.yaml"
     path.write_text(config, encoding="utf-8")
     done = subprocess.run(
@@ -70,6 +72,7 @@ def test_each_config_on_the_page_passes_check_config(config: str, tmp_path: Path
 
 
 def test_every_base_topic_on_the_page_is_one_the_bridge_uses() -> None:
+    """docs/fleet.md's topic reference names exactly the topics the bridge uses under its base."""
     bridge, doc = _bridge_topics(), _doc_topics(f"{BASE}/")
     assert len(bridge) >= 7, bridge  # (bridge/state, the call filter, five per device)
     unknown = doc - bridge
@@ -79,6 +82,7 @@ def test_every_base_topic_on_the_page_is_one_the_bridge_uses() -> None:
 
 
 def test_the_home_assistant_topics_and_ids_on_the_page_are_the_bridges() -> None:
+    """docs/fleet.md's Home Assistant topics, status topic and unique ids are the bridge's."""
     configs = discovery(Topics("verld/vm"), "vm", "psu", "verl", "verld 0.1.0")
     named = {
         topic.replace(HOST, "vm").replace(DEVICE, "psu")

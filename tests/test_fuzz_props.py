@@ -310,11 +310,10 @@ class TestLine:
         assert [(m.status, m.text) for m in out] == expected
 
     def test_reply_data_is_the_device_bytes(self) -> None:
-        """A reply with bytes invalid in its encoding keeps them, within max_payload.
-
-        Regression, found by fuzz_line: data was the text re-encoded, each undecodable byte
-        a U+FFFD (3 bytes in UTF-8), so data was not the device's and reached 3 × max_payload.
-        """
+        """A reply with bytes invalid in its encoding keeps them as data, within max_payload."""
+        # Regression, found by fuzz_line: data was the text re-encoded, each undecodable byte a
+        # U+FFFD
+        # (3 bytes in UTF-8), so data was not the device's and reached 3 × max_payload.
         raw = b"V " + b"\xff" * 24 + b"2"
         codec = LineCodec(32)
         (reply,) = codec.feed(raw + b"\r\n", True)

@@ -21,16 +21,17 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from inhibit_device import REPLY, REQUEST, talk
 from support import (
+    AS_NOBODY,
     DaemonProc,
     SimProc,
-    skip_unless_nobody_can_import,
+    nobody_python,
     stop_process,
     wait_for,
     write_config,
@@ -64,10 +65,10 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
 
 
 def verlctl(
-    sock: str, *args: str, timeout: float = 20.0, prefix: tuple[str, ...] = ()
+    sock: str, *args: str, timeout: float = 20.0, prefix: Sequence[str] = ()
 ) -> subprocess.CompletedProcess[str]:
-    """`verlctl --socket SOCK ARGS...` to its end (`prefix` runs it under setpriv)."""
-    cmd = [*prefix, sys.executable, "-m", "verld.ctl", "--socket", sock, *args]
+    """`verlctl --socket SOCK ARGS...` to its end (`prefix`: a setpriv and Python to run it)."""
+    cmd = [*(prefix or [sys.executable]), "-m", "verld.ctl", "--socket", sock, *args]
     return subprocess.run(
         cmd, check=False, capture_output=True, text=True, timeout=timeout, cwd="/"
     )
@@ -397,15 +398,15 @@ def test_second_inhibit_is_busy(sim: SimProc, daemon: DaemonProc) -> None:
     os.geteuid() != 0 or shutil.which("setpriv") is None,
     reason="a non-root peer needs root and setpriv",
 )
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)  # nobody_python may copy verld first
 def test_non_admin_is_forbidden(sim: SimProc, pubdir: Path) -> None:
     """A controller (not admin) peer running verlctl inhibit gets forbidden: exit 5, port kept."""
-    skip_unless_nobody_can_import()
+    # nobody_python: a readable copy of verld where nobody cannot read this checkout
+    python = nobody_python()
     roles = {"controller": {"uids": [NOBODY]}}
     d = DaemonProc(write_config(pubdir, sim.link, {"api": {"mode": "0666", "roles": roles}}))
     try:
-        nobody = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
-        out = verlctl(d.socket, "inhibit", "--", "true", prefix=nobody)
+        out = verlctl(d.socket, "inhibit", "--", "true", prefix=[*AS_NOBODY, *python])
         assert out.returncode == 5, out.stdout + out.stderr
         assert "forbidden" in out.stderr
         st = d.status()

@@ -109,8 +109,8 @@ class TestUnansweredRequests:
     def test_a_request_the_device_ignores_leaves_the_link_up(
         self, tmp_path: Path, line_sim: SimProc
     ) -> None:
-        """Calls the device never answers (every try timed out) beside a good client:
-        no link drop, every good call its own reply."""
+        """Calls the device never answers leave the link up; a good neighbour gets its replies."""
+        # Every try of those calls timed out; every good call got its own reply.
         d = line_daemon(tmp_path, line_sim.link)
         try:
             self.run_beside(d, d.client(), rounds=4)
@@ -120,8 +120,7 @@ class TestUnansweredRequests:
     def test_without_a_ping_answered_neighbours_keep_the_link_up(
         self, tmp_path: Path, line_sim: SimProc
     ) -> None:
-        """No heartbeat payload: while other calls are answered, unanswered ones never
-        add up to a dead link."""
+        """With no ping payload, unanswered calls beside answered ones never make the link dead."""
         d = line_daemon(tmp_path, line_sim.link, payload="")
         try:
             self.run_beside(d, d.client(), rounds=4)
@@ -129,8 +128,8 @@ class TestUnansweredRequests:
             d.stop()
 
     def test_on_tcp_a_timed_out_call_never_reconnects(self, tmp_path: Path) -> None:
-        """On a tcp:// link an unanswered call waits out the quiet guard; the
-        connection (and every other client's calls) stay."""
+        """On tcp:// an unanswered call waits out the quiet guard and the connection stays."""
+        # Every other client's calls stay too.
         sim = SimProc(tmp_path, codec="line", tcp=True)
         try:
             d = line_daemon(tmp_path, sim.address)
@@ -148,8 +147,10 @@ class TestShortTimeouts:
     def test_a_neighbours_short_timeout_never_hands_its_late_reply_on(
         self, tmp_path: Path, tcp: bool
     ) -> None:
-        """A call with its own short timeout whose answer comes late (within
-        device.timeout, 0.3 s here): the next client's call still gets its own reply."""
+        """A late reply to a neighbour's short-timeout call never goes to the next client's call."""
+        # The late answer comes within device.timeout (0.3 s here): the next client's call still
+        # gets
+        # its own reply.
         sim = SimProc(tmp_path, codec="line", tcp=tcp)
         try:
             d = line_daemon(tmp_path, sim.address if tcp else sim.link)

@@ -153,8 +153,7 @@ class TestTimeoutPolicy:
         assert link.guard_until == 1.1
 
     def test_call_timeouts_never_make_the_link_dead_where_a_ping_can_tell(self) -> None:
-        """Calls whose every try timed out ask for a probe ping; any number of them is
-        not a dead link."""
+        """Calls whose every try timed out ask for a probe ping and never make the link dead."""
         link = self.up(misses=2)
         for n in range(10):
             after = link.timed_out(float(n), seqs=False, ping=False, spent=True, probes=True)

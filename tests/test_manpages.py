@@ -87,6 +87,7 @@ def test_check_passes_on_the_committed_pages() -> None:
 
 
 def test_regenerating_gives_the_committed_files() -> None:
+    """Regenerating the man pages gives exactly the committed files in man/."""
     with tools_on_path():
         from manlib import pages
     built = pages.build_all(REPO)
@@ -97,6 +98,7 @@ def test_regenerating_gives_the_committed_files() -> None:
 
 
 def test_check_names_a_stale_page(tmp_path: Path) -> None:
+    """tools/manpages --check exits 1 naming a stale page and a missing one, not a good one."""
     for name in PAGES:
         shutil.copy(MAN / name, tmp_path / name)
     (tmp_path / "verld.8").write_text(".TH VERLD 8\n", encoding="utf-8")
@@ -110,6 +112,7 @@ def test_check_names_a_stale_page(tmp_path: Path) -> None:
 
 
 def test_pages_carry_the_version() -> None:
+    """Every man page's .TH line carries "verld X.Y.Z", the package's version."""
     for name in PAGES:
         th = (MAN / name).read_text(encoding="utf-8").splitlines()[0]
         assert th.startswith(".TH ") and f'"verld {__version__}"' in th, th
@@ -120,6 +123,7 @@ def test_pages_carry_the_version() -> None:
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_every_help_option_is_in_the_page(name: str) -> None:
+    """Every option a program's --help shows is in its man page, -h, --help and --version too."""
     page = page_text(PROGRAMS[name][0])
     shown = options_in(run_help(*program(name), "--help"))
     assert {"-h", "--help", "--version"} <= shown
@@ -129,6 +133,7 @@ def test_every_help_option_is_in_the_page(name: str) -> None:
 
 @pytest.mark.parametrize("command", list(SPEC))
 def test_every_verlctl_command_and_its_options_are_in_the_page(command: str) -> None:
+    """Each verlctl command has a COMMANDS entry in verlctl.1 and all its --help options there."""
     page = page_text("verlctl.1")
     assert mentions(run_help(*program("verlctl"), "--help"), command)
     assert re.search(rf"^{command}\b", page, re.M), f"no COMMANDS entry for {command}"
@@ -155,6 +160,7 @@ def config_paths(section: Section = CONFIG, prefix: str = "") -> Iterator[str]:
 
 
 def test_every_config_key_is_in_the_config_page() -> None:
+    """Every config key path, nested and list ones too, has an entry in verld.yaml.5."""
     raw = (MAN / "verld.yaml.5").read_text(encoding="utf-8")
     paths = list(config_paths())
     assert "device.line.terminator" in paths and "ports[].link" in paths
@@ -164,14 +170,16 @@ def test_every_config_key_is_in_the_config_page() -> None:
 
 
 def test_every_config_section_is_a_subsection() -> None:
+    """Every top-level config section is a .SS subsection of verld.yaml.5."""
     raw = (MAN / "verld.yaml.5").read_text(encoding="utf-8")
     for name in CONFIG.keys:
         assert re.search(rf'^\.SS "{name}\b', raw, re.M), name
 
 
 def test_a_key_missing_from_the_docs_stops_the_generator() -> None:
-    """A schema key without a row, a default the model does not have, a row for a key
-    the schema does not have: each is an error naming it."""
+    """Each mismatch of schema and doc rows stops the generator with an error naming it."""
+    # A schema key without a row, a default the model does not have, a row for a key the schema
+    # does not have.
     with tools_on_path():
         from manlib import configpage, markdown
     docs = (REPO / "docs" / "config.md").read_text(encoding="utf-8")
@@ -196,6 +204,7 @@ def test_a_key_missing_from_the_docs_stops_the_generator() -> None:
 
 
 def test_config_page_defaults_are_the_models() -> None:
+    """verld.yaml.5 states the config model's defaults and types, per codec where they differ."""
     page = page_text("verld.yaml.5")
     assert "device.timeout (seconds > 0; default 5.0, on modbus-rtu and modbus-tcp 0.5)" in page
     assert 'api.mode (octal string or YAML octal int; default "0660")' in page
@@ -216,6 +225,7 @@ def groff() -> str:
 
 @pytest.mark.parametrize("name", PAGES)
 def test_groff_renders_without_warnings(name: str) -> None:
+    """groff renders each man page with all warnings on and says nothing."""
     r = subprocess.run([groff(), "-man", "-Tutf8", "-ww", "-z", str(MAN / name)],
                        capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
     assert (r.returncode, r.stderr) == (0, "")
@@ -223,6 +233,7 @@ def test_groff_renders_without_warnings(name: str) -> None:
 
 @pytest.mark.parametrize("name", PAGES)
 def test_page_is_ascii_roff_with_the_standard_sections(name: str) -> None:
+    """Each page is ASCII roff with the standard sections, no leading spaces, no unescaped '-'."""
     raw = (MAN / name).read_bytes()
     raw.decode("ascii")  # glyphs are written as roff escapes
     text = raw.decode()
@@ -273,8 +284,8 @@ def test_no_checkout_only_paths(name: str) -> None:
 
 
 def test_shipped_pages_name_only_shipped_pages() -> None:
-    """A page of the Debian package refers to verld's pages it ships; another one
-    (verld-mqtt(8)) only in a sentence saying where it comes from."""
+    """The Debian package's pages refer only to pages it ships, others only as from elsewhere."""
+    # Another page (verld-mqtt(8)) is named only in a sentence saying where it comes from.
     shipped = shipped_pages()
     assert "verld-mqtt.8" not in shipped and "verld.8" in shipped
     ours = {p.rsplit(".", 1)[0] for p in PAGES}

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from verld.calls import CallResult
-from verld.codec.modbus import mbap_frame
+from verld.codec.modbus import MbapSplitter, mbap_frame
+from verld.errors import RemoteProtocolError, VerldError
 from verld.fronts.modbus.mbap import Malformed, RequestDecoder, answer, exception_for
 
 READ = bytes.fromhex("01030000000a")
@@ -44,6 +45,36 @@ class TestDecoder:
         """Whatever valid frames are sent, the same (tid, body) pairs come out."""
         stream = b"".join(mbap_frame(tid, body) for tid, body in frames)
         assert RequestDecoder().feed(stream) == frames
+
+
+class TestSplitter:
+    def test_requests_before_an_impossible_header_come_out(self) -> None:
+        """The requests before a bad header are returned; `malformed` says why."""
+        splitter = MbapSplitter()
+        stream = mbap_frame(1, READ) + bytes.fromhex("000200010006") + READ
+        assert splitter.feed(stream) == [(1, READ)]
+        assert splitter.malformed == "MBAP protocol id 1, not 0"
+
+    def test_after_an_impossible_header_it_reads_afresh(self) -> None:
+        """What was buffered is dropped; the next feed starts a new stream, malformed cleared."""
+        splitter = MbapSplitter()
+        splitter.feed(bytes.fromhex("0001000000ff") + READ[:3])
+        assert splitter.malformed == "MBAP length 255 is not in 2..254"
+        assert splitter.feed(mbap_frame(2, READ)) == [(2, READ)]
+        assert splitter.malformed is None
+
+    def test_reset_forgets_a_partial_request(self) -> None:
+        """After reset, a cut frame's head is gone and the next whole frame decodes alone."""
+        splitter = MbapSplitter()
+        assert splitter.feed(mbap_frame(3, READ)[:7]) == []
+        splitter.reset()
+        assert splitter.feed(mbap_frame(4, READ)) == [(4, READ)]
+
+    def test_malformed_is_a_remote_protocol_error_and_a_value_error(self) -> None:
+        """Malformed belongs to verld's error hierarchy (a peer's fault) and is a ValueError."""
+        assert issubclass(Malformed, RemoteProtocolError)
+        assert issubclass(Malformed, VerldError)
+        assert issubclass(Malformed, ValueError)
 
 
 class TestMapping:

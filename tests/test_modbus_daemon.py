@@ -6,6 +6,8 @@ register i = i); verld is a real subprocess, the clients real sockets and `verlc
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -62,8 +64,8 @@ def test_a_broadcast_applies_to_every_simulated_unit(rtu: DaemonProc) -> None:
 
 
 def test_status_and_metrics_show_the_units(rtu: DaemonProc) -> None:
-    """status.units and verld_modbus_unit_calls_total after reads, an exception, a
-    silent unit taken offline."""
+    """status.units and the unit calls metric count reads, an exception and an offline unit."""
+    # After reads, an exception, and a silent unit taken offline.
     client = rtu.client()
     Modbus(client).read_holding_registers(1, 0, 1)
     client.call(bytes.fromhex("010300c80001"))  # exception 02
@@ -134,8 +136,8 @@ def test_reload_applies_the_modbus_settings_live(rtu: DaemonProc) -> None:
 
 
 def test_reload_to_another_codec_restarts_the_built_in_sim(tmp_path: Path) -> None:
-    """`port: sim`, modbus-rtu → modbus-tcp by reload: a new sim speaks the new codec,
-    the link comes up on it (generation 2) and reads work."""
+    """A reload from modbus-rtu to modbus-tcp on `port: sim` starts a sim speaking modbus-tcp."""
+    # The link comes up on it (generation 2) and reads work.
     config = write_config(tmp_path, "sim", MODBUS)
     daemon = DaemonProc(config)
     try:
@@ -148,3 +150,22 @@ def test_reload_to_another_codec_restarts_the_built_in_sim(tmp_path: Path) -> No
         assert daemon.status()["link"]["codec"] == "modbus-tcp"
     finally:
         daemon.stop()
+
+
+def test_sigterm_during_a_sim_restart_awaits_it(tmp_path: Path) -> None:
+    """SIGTERM during a sim restart by reload: the restart is seen through, exit 0, no dir left."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    config = write_config(tmp_path, "sim", MODBUS)
+    daemon = DaemonProc(config, env={"TMPDIR": str(tmp)})
+    try:
+        client = daemon.client()
+        config.write_text(config.read_text().replace("modbus-rtu", "modbus-tcp"))
+        assert "device.codec" in client.request("reload")["changed"]
+    finally:
+        code = daemon.stop()
+    log = daemon.log_path.read_text()
+    assert code == 0, log
+    records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert [r.get("codec") for r in records if r["event"] == "sim_started"] == [None, "modbus-tcp"]
+    assert os.listdir(tmp) == []

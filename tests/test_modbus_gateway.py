@@ -282,8 +282,9 @@ class TestFailures:
 
 
 def test_an_offline_unit_costs_other_masters_at_most_one_try(tmp_path: Path) -> None:
-    """mbusd's users' scenario: a master polls silent unit 3 while three poll units 1
-    and 2; theirs stays within one try of unit 3's timeout (never taken offline here)."""
+    """A master polling a silent unit delays other masters' units by at most one try."""
+    # mbusd's users' scenario: a master polls silent unit 3 while three poll units 1 and 2; theirs
+    # stays within one try of unit 3's timeout (never taken offline here).
     g = Gateway(tmp_path, offline_after=1000)
     stop = threading.Event()
     worst: list[float] = []
@@ -340,6 +341,24 @@ def test_reload_moves_the_listener(tmp_path: Path) -> None:
         g.close()
 
 
+def test_sigterm_during_a_rebind_awaits_it(tmp_path: Path) -> None:
+    """SIGTERM during a rebind by reload: the front awaits it, exit 0, neither port listens."""
+    g = Gateway(tmp_path)
+    old_port, new_port = g.port, free_port()
+    try:
+        text = g.daemon.config.read_text().replace(f"127.0.0.1:{old_port}", f"127.0.0.1:{new_port}")
+        g.daemon.config.write_text(text)
+        assert g.daemon.client().request("reload")["changed"] == ["modbus.listen"]
+    finally:
+        g.close()
+    log = g.daemon.log_path.read_text()
+    assert g.daemon.proc.returncode == 0, log
+    assert "Traceback" not in log
+    for port in (old_port, new_port):
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
 def test_listen_without_a_modbus_codec_is_a_config_error(tmp_path: Path) -> None:
     """`modbus.listen` with codec verl: --check-config says why, exit 2."""
     config = write_config(tmp_path, "sim", {"modbus": {"listen": "127.0.0.1:1502"}})
@@ -364,8 +383,9 @@ def test_status_reports_the_front(gw: Gateway) -> None:
 
 
 def test_mbusds_own_integration_sequence_passes_through_verld(rw: Gateway) -> None:
-    """The requests of mbusd's tests/run_itests.py (fc 15, 1, 5, 2, 4, 16, 3, 6), through
-    verld's front with read_only off: each answer is what the slave holds."""
+    """mbusd's integration requests through verld's front each get what the slave holds."""
+    # The requests of mbusd's tests/run_itests.py (fc 15, 1, 5, 2, 4, 16, 3, 6), with read_only
+    # off.
     c = rw.master()
     bits = [True, False, True, True, False, False, True, False]
     w = c.write_coils(0, bits, device_id=1)

@@ -114,8 +114,9 @@ def test_a_bad_request_never_reaches_the_bus(bench: Bench) -> None:
 
 
 def test_an_offline_unit_is_isolated_and_comes_back(bench: Bench) -> None:
-    """Unit 3 silent: three calls time out, then fail at once; unit 1 stays fast, the
-    link stays up; the slave serving unit 3 again clears it after the backoff."""
+    """A silent unit goes offline without slowing unit 1 and comes back once it answers again."""
+    # Unit 3 silent: three calls time out, then fail at once; unit 1 stays fast, the link stays
+    # up; the slave serving unit 3 again clears it after the backoff.
     client = bench.daemon.client()
     for _ in range(3):
         with pytest.raises(ClientError) as info:
@@ -146,8 +147,9 @@ def test_an_offline_unit_is_isolated_and_comes_back(bench: Bench) -> None:
 
 
 def test_other_units_stay_fast_while_masters_poll_a_silent_one(tmp_path: Path) -> None:
-    """Two clients hammer silent unit 3 (never taken offline here); a third polls unit 1:
-    every one of its calls ends within one try of unit 3 (plus its own), none fails."""
+    """Polling unit 1 stays within one try of silent unit 3 while two clients hammer unit 3."""
+    # Unit 3 is never taken offline here; every one of the third client's calls ends within one
+    # try of unit 3 (plus its own), none fails.
     bench = Bench(tmp_path, offline_after=1000)
     try:
         _poll_beside_a_silent_unit(bench)
@@ -185,8 +187,9 @@ def _poll_beside_a_silent_unit(bench: Bench) -> None:
 
 
 def test_unplug_and_replug_under_load(bench: Bench) -> None:
-    """The cable goes away mid-polling: calls fail link_down, verld reconnects on its
-    own when it comes back, and reads work again in a new generation."""
+    """Calls fail link_down while the cable is gone and reads work again after verld reconnects."""
+    # The cable goes away mid-polling; verld reconnects on its own when it comes back, and reads
+    # work again in a new generation.
     errors: list[str] = []
     ok = 0
     stop = threading.Event()

@@ -94,6 +94,7 @@ def test_holding_registers_read_100_times_unit_plus_address(
 
 @pytest.mark.timeout(30)
 def test_input_registers_read_1000_plus_address(client: ModbusSerialClient) -> None:
+    """Every served unit's input register at address a reads 1000 + a."""
     for unit in SERVED:
         assert client.read_input_registers(0, count=3, device_id=unit).registers == [
             1000,
@@ -105,6 +106,7 @@ def test_input_registers_read_1000_plus_address(client: ModbusSerialClient) -> N
 
 @pytest.mark.timeout(30)
 def test_coils_read_address_mod_2(client: ModbusSerialClient) -> None:
+    """Coil a reads a mod 2 on every unit, address 99 included."""
     bits = client.read_coils(0, count=100, device_id=1).bits
     assert bits[:100] == [bool(a % 2) for a in range(100)]
     assert client.read_coils(99, device_id=2).bits[0] is True
@@ -112,6 +114,7 @@ def test_coils_read_address_mod_2(client: ModbusSerialClient) -> None:
 
 @pytest.mark.timeout(30)
 def test_discrete_inputs_read_half_address_mod_2(client: ModbusSerialClient) -> None:
+    """Discrete input a reads (a // 2) mod 2."""
     bits = client.read_discrete_inputs(0, count=100, device_id=2).bits
     assert bits[:100] == [bool((a // 2) % 2) for a in range(100)]
 
@@ -133,6 +136,7 @@ def test_discrete_inputs_read_half_address_mod_2(client: ModbusSerialClient) -> 
 def test_reads_past_address_99_get_exception_2(
     client: ModbusSerialClient, table: str, address: int, count: int
 ) -> None:
+    """A read of any table reaching past address 99 gets exception 2 (illegal data address)."""
     read = {
         "holding": client.read_holding_registers,
         "input": client.read_input_registers,
@@ -144,6 +148,7 @@ def test_reads_past_address_99_get_exception_2(
 
 @pytest.mark.timeout(30)
 def test_writes_past_address_99_get_exception_2(client: ModbusSerialClient) -> None:
+    """A register or coil write reaching past address 99 gets exception 2."""
     assert exception_code(client.write_register(100, 7, device_id=1)) == 2
     assert exception_code(client.write_registers(98, [7, 7, 7], device_id=1)) == 2
     assert exception_code(client.write_coil(100, True, device_id=1)) == 2
@@ -152,6 +157,7 @@ def test_writes_past_address_99_get_exception_2(client: ModbusSerialClient) -> N
 
 @pytest.mark.timeout(30)
 def test_writes_are_read_back_on_their_unit_only(cable: PtyCable) -> None:
+    """Register and coil writes read back on the unit written and leave the other unit unchanged."""
     with PymodbusSlave(cable.device_path, units=SERVED), master(cable.host_path) as client:
         assert not client.write_registers(10, [7, 8], device_id=1).isError()
         assert not client.write_coil(0, True, device_id=1).isError()
@@ -166,6 +172,7 @@ def test_writes_are_read_back_on_their_unit_only(cable: PtyCable) -> None:
 
 @pytest.mark.timeout(30)
 def test_silent_unit_sends_back_no_bytes_at_all(shared: tuple[PtyCable, PymodbusSlave]) -> None:
+    """A request to the silent unit gets no byte back; the next one, to a served unit, does."""
     with raw_port(shared[0].host_path) as port:
         port.write(rtu_frame(bytes((SILENT, 0x03, 0, 0, 0, 1))))
         assert port.read(256) == b""
@@ -176,17 +183,20 @@ def test_silent_unit_sends_back_no_bytes_at_all(shared: tuple[PtyCable, Pymodbus
 
 @pytest.mark.timeout(30)
 def test_silent_unit_times_out_in_pymodbus_client(client: ModbusSerialClient) -> None:
+    """pymodbus's client reading the silent unit raises ModbusIOException (a timeout)."""
     with pytest.raises(ModbusIOException):
         client.read_holding_registers(0, device_id=SILENT)
 
 
 @pytest.mark.timeout(30)
 def test_unlisted_unit_gets_pymodbus_default_exception_4(client: ModbusSerialClient) -> None:
+    """A unit the slave does not list gets pymodbus's default exception 4."""
     assert exception_code(client.read_holding_registers(0, device_id=UNLISTED)) == 4
 
 
 @pytest.mark.timeout(30)
 def test_broadcast_write_applies_to_every_served_unit_without_reply(cable: PtyCable) -> None:
+    """A broadcast register and coil write gets no reply and is applied on every served unit."""
     with PymodbusSlave(cable.device_path, units=SERVED), raw_port(cable.host_path) as port:
         port.write(rtu_frame(bytes((0, 0x06, 0, 5)) + struct.pack(">H", 4242)))
         assert port.read(256) == b""
@@ -203,6 +213,7 @@ def test_broadcast_write_applies_to_every_served_unit_without_reply(cable: PtyCa
 
 @pytest.mark.timeout(30)
 def test_unplug_hangs_up_the_host_side(cable: PtyCable) -> None:
+    """Unplugging the cable removes both links and the host side's reads and writes then fail."""
     with PymodbusSlave(cable.device_path), raw_port(cable.host_path) as port:
         cable.unplug()
         assert not os.path.lexists(cable.host_path)
@@ -215,6 +226,7 @@ def test_unplug_hangs_up_the_host_side(cable: PtyCable) -> None:
 
 @pytest.mark.timeout(30)
 def test_unplug_ends_the_slave_with_exit_3_and_one_line(cable: PtyCable) -> None:
+    """Unplugged, the slave exits 3 with one line saying its tty hung up."""
     with PymodbusSlave(cable.device_path) as slave:
         cable.unplug()
         assert slave.wait(5) == SLAVE_EXIT_HANGUP
@@ -225,6 +237,7 @@ def test_unplug_ends_the_slave_with_exit_3_and_one_line(cable: PtyCable) -> None
 
 @pytest.mark.timeout(30)
 def test_replug_and_restart_serve_again(cable: PtyCable) -> None:
+    """After an unplug (client EIO, slave exit 3), replug and restart serve the same reads again."""
     with PymodbusSlave(cable.device_path, units=(2,)) as slave:
         with master(cable.host_path) as client:
             assert client.read_holding_registers(1, device_id=2).registers == [201]
@@ -241,6 +254,7 @@ def test_replug_and_restart_serve_again(cable: PtyCable) -> None:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_slave_exits_0_on_signal_without_traceback(cable: PtyCable, sig: int) -> None:
+    """SIGTERM or SIGINT stops the slave with exit 0 and no traceback."""
     slave = PymodbusSlave(cable.device_path)
     assert slave.stop(sig) == 0
     assert "Traceback" not in slave.log()
@@ -248,12 +262,14 @@ def test_slave_exits_0_on_signal_without_traceback(cable: PtyCable, sig: int) ->
 
 @pytest.mark.timeout(30)
 def test_slave_on_a_missing_tty_raises_with_its_stderr(tmp_path: Path) -> None:
+    """A slave started on a missing tty raises HarnessError with its exit 2 and stderr."""
     with pytest.raises(HarnessError, match=r"exited 2 before READY(.|\n)*cannot open"):
         PymodbusSlave(str(tmp_path / "no-such.tty"))
 
 
 @pytest.mark.timeout(30)
 def test_log_requests_prints_each_request(cable: PtyCable) -> None:
+    """With log_requests the slave logs each request, a silent unit's marked as unanswered."""
     with PymodbusSlave(cable.device_path, silent=(SILENT,), log_requests=True) as slave:
         with master(cable.host_path) as client:
             client.read_input_registers(7, count=2, device_id=1)
@@ -266,6 +282,7 @@ def test_log_requests_prints_each_request(cable: PtyCable) -> None:
 
 @pytest.mark.timeout(30)
 def test_close_stops_everything_it_started(tmp_path: Path) -> None:
+    """Stopping the slave and closing the cable ends their processes and removes both links."""
     cable = PtyCable(tmp_path)
     slave = PymodbusSlave(cable.device_path)
     pids = [slave.pid, cable.proc.pid if cable.proc else -1]

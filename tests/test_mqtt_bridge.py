@@ -208,8 +208,9 @@ def test_a_call_without_response_topic_is_answered_on_call_response(
 def test_a_response_topic_that_could_become_a_request_is_refused(
     fleet: Fleet, mqtt: Mqtt, bad: str
 ) -> None:
-    """A Response Topic ending in /call or under <base>/ or homeassistant/: forbidden on
-    call/response, and the call is not run."""
+    """A Response Topic that could become a request is refused with forbidden and not run."""
+    # A Response Topic ending in /call or under <base>/ or homeassistant/: forbidden on
+    # call/response, and the call is not run.
     _up(mqtt)
     mqtt.publish(
         topic("dev", "call"), {"hex": "01", "transaction": 1}, response_topic=bad, correlation=b"c"
@@ -222,8 +223,8 @@ def test_a_response_topic_that_could_become_a_request_is_refused(
 def test_a_redelivered_request_is_answered_again_and_not_run_twice(
     fleet: Fleet, mqtt: Mqtt
 ) -> None:
-    """The same Correlation Data twice (a QoS 1 redelivery): two identical replies,
-    one call on the device."""
+    """A redelivered request gets two identical replies from a single call on the device."""
+    # A QoS 1 redelivery.
     _up(mqtt)
     mqtt.subscribe("test/rd")
     for _ in range(2):
@@ -276,8 +277,7 @@ def test_calls_false_refuses_every_call(tmp_path: Path) -> None:
 
 
 def test_mqtt_3_1_1_bridge_answers_on_call_response_by_transaction(tmp_path: Path) -> None:
-    """broker.protocol 3.1.1: no properties; replies on call/response carry the
-    transaction."""
+    """On MQTT 3.1.1 (no properties) replies on call/response carry the transaction."""
     fleet = Fleet(tmp_path, ("dev",), broker={"protocol": "3.1.1"})
     m = Mqtt(fleet.broker, v5=False)
     try:
@@ -292,8 +292,8 @@ def test_mqtt_3_1_1_bridge_answers_on_call_response_by_transaction(tmp_path: Pat
 
 
 def test_a_request_published_while_the_bridge_was_away_is_never_run(tmp_path: Path) -> None:
-    """Clean start, no session: a call sent while the bridge is stopped does not run
-    when it comes back."""
+    """A call published while the bridge was stopped is not run when it comes back."""
+    # Clean start, no session.
     fleet = Fleet(tmp_path, ("dev",))
     m = Mqtt(fleet.broker)
     try:
@@ -326,8 +326,8 @@ def test_an_unknown_device_in_the_topic_gets_bad_request(fleet: Fleet, mqtt: Mqt
 def test_a_stopped_verld_is_unreachable_and_its_calls_get_link_down(
     fleet: Fleet, mqtt: Mqtt
 ) -> None:
-    """verld stops: state unreachable (last generation kept), calls link_down; it
-    starts again: state up once more."""
+    """A stopped verld is unreachable and its calls link_down; restarted, its state is up again."""
+    # The state keeps the last generation while unreachable.
     _up(mqtt)
     fleet.daemons["dev"].stop()
     mqtt.wait(topic("dev", "state"), lambda m: m.json["state"] == "unreachable")
@@ -341,8 +341,7 @@ def test_a_stopped_verld_is_unreachable_and_its_calls_get_link_down(
 
 
 def test_link_down_and_up_are_published(fleet: Fleet, mqtt: Mqtt) -> None:
-    """The sim is unplugged for a moment: state down (or connecting), then up at
-    generation 2."""
+    """A briefly unplugged sim is published as down (or connecting), then up at generation 2."""
     _up(mqtt)
     fleet.sims["dev"].control("unplug 0.5")
     mqtt.wait(topic("dev", "state"), lambda m: m.json["state"] in ("down", "connecting"))
@@ -354,8 +353,8 @@ def test_link_down_and_up_are_published(fleet: Fleet, mqtt: Mqtt) -> None:
 
 
 def test_after_a_broker_restart_the_retained_state_is_back(tmp_path: Path) -> None:
-    """The broker restarts (no persistence): the bridge reconnects and republishes its
-    retained topics."""
+    """After a broker restart the bridge reconnects and republishes its retained topics."""
+    # It republishes its retained topics.
     broker = Broker(tmp_path)
     fleet = Fleet(tmp_path, ("dev",), server=broker)
     try:
@@ -394,8 +393,9 @@ def test_the_bridge_survives_bad_config_with_exit_2(tmp_path: Path) -> None:
 
 
 def test_home_assistant_discovery_is_retained_and_republished(tmp_path: Path) -> None:
-    """homeassistant: true: a connectivity binary_sensor config per device, retained,
-    and again after homeassistant/status says online."""
+    """Home Assistant discovery is retained and republished when homeassistant goes online."""
+    # homeassistant: true: a connectivity binary_sensor config per device, retained, and again
+    # after homeassistant/status says online.
     fleet = Fleet(tmp_path, ("dev",), homeassistant=True)
     m = Mqtt(fleet.broker)
     try:
@@ -433,8 +433,8 @@ def test_bridge_proc_is_stopped_cleanly(tmp_path: Path) -> None:
 
 
 def test_sigterm_while_the_broker_never_answers_the_connect_exits_0(tmp_path: Path) -> None:
-    """A broker address that accepts TCP and says nothing: SIGTERM during the pending
-    connect is a clean stop (exit 0), not a crash."""
+    """SIGTERM during a connect the broker never answers is a clean stop with exit 0."""
+    # The broker address accepts TCP and says nothing.
     import socket
 
     silent = socket.socket()

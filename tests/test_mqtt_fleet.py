@@ -23,8 +23,9 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_a_fleet_of_six_devices_answers_every_call_from_the_right_device(tmp_path: Path) -> None:
-    """6 devices, 3 callers, 40 calls each spread over the devices: 120 replies, each
-    the echo of its own unique payload, from the device it was sent to."""
+    """Every call over a fleet of six devices is answered with its own echo by the right device."""
+    # 6 devices, 3 callers, 40 calls each spread over the devices: 120 replies, each the echo of
+    # its own unique payload, from the device it was sent to.
     names = tuple(f"d{i}" for i in range(6))
     fleet = Fleet(tmp_path, names)
     callers = [Mqtt(fleet.broker, client_id=f"caller{i}") for i in range(3)]
@@ -78,8 +79,9 @@ def _has(client: Mqtt, count: int) -> Callable[[], bool]:
 def test_the_bridge_connects_over_tls_with_a_client_certificate_and_password(
     tmp_path: Path,
 ) -> None:
-    """mosquitto wants TLS, a client certificate from its CA and a password: the
-    bridge's config names the CA, its certificate and key, and a password file."""
+    """The bridge connects to a mosquitto demanding TLS, a client certificate and a password."""
+    # The certificate is from mosquitto's CA; the bridge's config names the CA, its certificate
+    # and key, and a password file.
     certs = Certs(tmp_path)
     broker = Broker(tmp_path, certs=certs, users={"bridge": "s3cret"})
     pw = tmp_path / "bridge.pw"
@@ -140,9 +142,10 @@ def test_a_wrong_password_is_refused_and_retried_without_a_crash(tmp_path: Path)
 def test_events_while_the_broker_is_away_are_dropped_and_counted_not_queued(
     tmp_path: Path,
 ) -> None:
-    """The broker stops; the device emits 20000 events: the bridge keeps a bounded
-    queue (drops counted in its log), its memory does not follow, and after the
-    broker is back the retained state is there again."""
+    """Events while the broker is away are dropped and counted in a bounded queue, not queued."""
+    # The broker stops; the device emits 20000 events: the bridge keeps a bounded queue (drops
+    # counted in its log), its memory does not follow, and after the broker is back the retained
+    # state is there again.
     broker = Broker(tmp_path)
     fleet = Fleet(tmp_path, ("dev",), server=broker)
     try:

@@ -348,8 +348,8 @@ class TestIntake:
         assert again.routes == (Route("o/r", b"c"),) and i.counters.duplicates == 1
 
     def test_another_request_reusing_a_correlation_data_runs(self) -> None:
-        """Same Correlation Data, another payload (two callers counting from 1): a new
-        request, run, not answered with the other's reply."""
+        """Another payload reusing a Correlation Data is a new request, run, not the old reply."""
+        # Two callers counting from 1: not answered with the other's reply.
         i = intake()
         run = i.receive("psu", b'{"hex":"01aa"}', 0.0, response_topic="o/r", correlation=b"1")
         assert isinstance(run, Run)

@@ -78,8 +78,8 @@ class TestOutage:
 
 
 def test_an_unplugged_device_is_told_once(tmp_path: Path) -> None:
-    """Two seconds unplugged with fast retries: a handful of link events and WARNINGs,
-    not two per attempt; status counts the attempts."""
+    """An unplugged device gives a handful of link events and WARNINGs, not two per attempt."""
+    # Two seconds unplugged with fast retries; status counts the attempts.
     sim = SimProc(tmp_path)
     d = DaemonProc(write_config(tmp_path, sim.link, {"reconnect": {"initial": 0.02, "max": 0.05}}))
     try:
@@ -107,8 +107,9 @@ def test_an_unplugged_device_is_told_once(tmp_path: Path) -> None:
 
 
 def test_a_handshake_that_hears_noise_asks_about_codec_and_baud_rate(tmp_path: Path) -> None:
-    """A verl daemon on a GPS talking NMEA lines: the reason counts the bytes and asks
-    "wrong codec or baud rate?"."""
+    """A verl handshake hearing NMEA gives a reason counting bytes and asking about the codec."""
+    # A verl daemon on a GPS talking NMEA lines: the reason counts the bytes and asks "wrong codec
+    # or baud rate?".
     sim = SimProc(tmp_path, "--nmea", "20", codec="line")
     d = DaemonProc(write_config(tmp_path, sim.link), wait_up=False)
     try:

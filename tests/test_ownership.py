@@ -106,8 +106,8 @@ def test_acquire_writes_our_pid_and_release_removes_the_file_and_the_fd(tmp_path
 def test_a_second_fd_even_in_the_same_process_is_refused_naming_the_holder(
     tmp_path: Path,
 ) -> None:
-    """flock is per open file: a second acquire fails with LockHeld naming our pid and
-    program; once released it succeeds."""
+    """A second acquire on another fd, even in-process, fails with LockHeld until released."""
+    # flock is per open file: LockHeld names our pid and program; once released it succeeds.
     target = str(tmp_path / "verld.sock")
     comm = Path("/proc/self/comm").read_text().strip()
     with acquire(target):
@@ -123,8 +123,9 @@ def test_a_second_fd_even_in_the_same_process_is_refused_naming_the_holder(
 def test_another_process_holding_the_lock_is_named_and_its_death_frees_it(
     tmp_path: Path, holder_factory: list[Holder]
 ) -> None:
-    """A lock held by another process: LockHeld names its pid and program; after it is
-    killed (SIGKILL: it cleans nothing) its leftover file is taken over with our pid."""
+    """A lock another process holds is refused naming it, and is taken over once it dies."""
+    # LockHeld names its pid and program; after it is killed (SIGKILL: it cleans nothing) its
+    # leftover file is taken over with our pid.
     target = tmp_path / "ttyV0"
     holder = Holder(target)
     holder_factory.append(holder)
@@ -159,9 +160,10 @@ def test_describe_pid_names_the_program_or_only_the_pid() -> None:
 def test_a_starter_that_locked_a_file_its_holder_removed_tries_the_new_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The race that makes removing lock files safe: a starter opens PATH.lock, the
-    holder removes it and lets go, the starter's flock then succeeds on the removed
-    file: acquire sees the file at the path is another one and locks that instead."""
+    """A starter that locked a lock file its holder removed locks the new file at the path."""
+    # The race that makes removing lock files safe: a starter opens PATH.lock, the holder removes
+    # it and lets go, the starter's flock then succeeds on the removed file: acquire sees the file
+    # at the path is another one and locks that instead.
     target = str(tmp_path / "ttyV0")
     first = acquire(target)
     real_open = ownership._open
@@ -184,8 +186,8 @@ def test_a_starter_that_locked_a_file_its_holder_removed_tries_the_new_one(
 
 @pytest.mark.timeout(20)
 def test_a_symlink_at_the_lock_path_is_refused_and_left_alone(tmp_path: Path) -> None:
-    """PATH.lock planted as a symlink is not followed (O_NOFOLLOW): OSError, the
-    symlink and its target untouched."""
+    """A symlink planted at PATH.lock is not followed: OSError, symlink and target untouched."""
+    # O_NOFOLLOW.
     victim = tmp_path / "victim"
     victim.write_text("precious")
     (tmp_path / "ttyV0.lock").symlink_to(victim)
@@ -207,8 +209,9 @@ def test_the_lock_fd_is_not_inherited(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(30)
 def test_many_processes_acquiring_at_once_exactly_one_wins(tmp_path: Path) -> None:
-    """Six processes released at the same instant, each taking, holding and
-    releasing (removing) the lock in a loop for a while: never two at once."""
+    """Six processes acquiring and releasing the lock in a loop never hold it two at once."""
+    # Released at the same instant, each takes, holds and releases (removing) the lock in a loop
+    # for a while.
     script = """
 import os, sys, time
 from verld.ownership import LockHeld, acquire
@@ -324,9 +327,10 @@ def sim(tmp_path: Path) -> Iterator[SimProc]:
 def test_a_second_start_of_the_same_config_exits_1_and_harms_nothing(
     tmp_path: Path, sim: SimProc
 ) -> None:
-    """verld twice on one config with ports: the second exits 1 with one line naming
-    the socket and its holder, no traceback; the first's links still point at its
-    ptys and answer, its socket answers; at exit the first removes all of it."""
+    """A second verld on the same config exits 1 naming the holder and leaves the first's intact."""
+    # verld twice on one config with ports: the second exits 1 with one line naming the socket
+    # and its holder, no traceback; the first's links still point at its ptys and answer, its
+    # socket answers; at exit the first removes all of it.
     links = [tmp_path / "ttyA", tmp_path / "ttyB"]
     config = _config(tmp_path, sim, links)
     first = DaemonProc(config)
@@ -350,8 +354,8 @@ def test_a_second_start_of_the_same_config_exits_1_and_harms_nothing(
 def test_a_second_verld_with_another_socket_but_the_same_link_exits_1_naming_the_link(
     tmp_path: Path, sim: SimProc
 ) -> None:
-    """A second config with its own socket and the first's port link: exit 1 naming
-    the link and the first verld; its own socket and lock are not left behind."""
+    """A second verld sharing only the first's port link exits 1 naming the link and holder."""
+    # Its own socket and lock are not left behind.
     link = tmp_path / "ttyA"
     first = DaemonProc(_config(tmp_path, sim, [link]))
     other = tmp_path / "b"
@@ -371,8 +375,8 @@ def test_a_second_verld_with_another_socket_but_the_same_link_exits_1_naming_the
 
 @pytest.mark.timeout(60)
 def test_leftovers_nobody_holds_are_replaced(tmp_path: Path, sim: SimProc) -> None:
-    """A crashed run's link (to a pty long gone), socket file and lock files (with a
-    dead pid in them, unlocked): verld replaces them all and serves."""
+    """A crashed run's leftover link, socket and lock files are replaced and verld serves."""
+    # The link to a pty long gone, the lock files with a dead pid in them, unlocked.
     link = tmp_path / "ttyA"
     link.symlink_to("/dev/pts/9999")
     dead = socket.socket(socket.AF_UNIX)
@@ -395,8 +399,8 @@ def test_leftovers_nobody_holds_are_replaced(tmp_path: Path, sim: SimProc) -> No
 def test_a_socket_answering_without_a_lock_is_still_not_stolen(
     tmp_path: Path, sim: SimProc
 ) -> None:
-    """A socket file someone serves while nobody holds its lock (a verld from before
-    the locks): exit 1 "already serving", and no link is created."""
+    """A served socket with no lock held is not stolen: exit 1 "already serving", no link made."""
+    # Someone serves the socket file while nobody holds its lock (a verld from before the locks).
     path = tmp_path / "verld.sock"
     live = socket.socket(socket.AF_UNIX)
     live.bind(str(path))
@@ -449,9 +453,9 @@ def _race(configs: list[Path], link: Path, out: Path) -> None:
 def test_two_starts_at_the_same_moment_exactly_one_wins(
     tmp_path: Path, sim: SimProc, same_socket: bool
 ) -> None:
-    """Two verlds started together (on one config, or sharing only the link), three
-    times: each time one serves and the other exits 1 with one line, and the link
-    is the winner's and answers."""
+    """Of two verlds started together exactly one serves and owns the link; the other exits 1."""
+    # On one config, or sharing only the link, three times: the loser exits 1 with one line, and
+    # the link is the winner's and answers.
     link = tmp_path / "ttyA"
     dirs = [tmp_path, tmp_path if same_socket else tmp_path / "b"]
     dirs[1].mkdir(exist_ok=True)
@@ -462,8 +466,8 @@ def test_two_starts_at_the_same_moment_exactly_one_wins(
 
 @pytest.mark.timeout(60)
 def test_a_taken_modbus_listen_stops_the_start_before_any_link_exists(tmp_path: Path) -> None:
-    """modbus.listen bound by another process: exit 1 naming the address, and no
-    link, lock or socket file was ever made (the check comes first)."""
+    """A modbus.listen bound elsewhere exits 1 naming the address before any link or file exists."""
+    # No link, lock or socket file was ever made (the check comes first).
     sim = SimProc(tmp_path, codec="modbus-rtu")
     taken = socket.socket()
     try:
@@ -496,9 +500,9 @@ def test_a_taken_modbus_listen_stops_the_start_before_any_link_exists(tmp_path: 
 def test_reload_adding_a_port_someone_else_owns_fails_that_port_only(
     tmp_path: Path, sim: SimProc
 ) -> None:
-    """A reload adding a link whose lock another process holds: that port is logged
-    as failed and left out, the daemon and its other port go on; a port removed by
-    a reload lets its lock go (another process can take it at once)."""
+    """A reload adding a port whose lock another process holds fails that port only."""
+    # That port is logged as failed and left out, the daemon and its other port go on; a port
+    # removed by a reload lets its lock go (another process can take it at once).
     a, b = tmp_path / "ttyA", tmp_path / "ttyB"
     config = _config(tmp_path, sim, [a])
     daemon = DaemonProc(config)

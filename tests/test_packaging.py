@@ -73,21 +73,22 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def test_names_carry_verlds_version(dists: tuple[Path, Path]) -> None:
+    """The sdist and wheel file names carry verld's version."""
     sdist, wheel = dists
     assert sdist.name == f"verld-{verld.__version__}.tar.gz"
     assert wheel.name == f"verld-{verld.__version__}-py3-none-any.whl"
 
 
 def test_twine_check_passes(dists: tuple[Path, Path]) -> None:
-    """twine check --strict: the metadata is valid and the README renders as the long
-    description."""
+    """twine check --strict passes: valid metadata and a README that renders as long description."""
     out = run([sys.executable, "-m", "twine", "check", "--strict", *map(str, dists)]).stdout
     assert out.count("PASSED") == 2, out
 
 
 def test_wheel_metadata(dists: tuple[Path, Path]) -> None:
-    """The wheel's metadata: verld's version, the MIT license, pyproject's dependencies
-    and floors, every console script (verld-mqtt too: pip users get the bridge)."""
+    """The wheel's metadata has verld's version, MIT, pyproject's dependencies and every script."""
+    # The dependencies with their floors; every console script, verld-mqtt too (pip users get the
+    # bridge).
     _, wheel = dists
     info = f"verld-{verld.__version__}.dist-info"
     with zipfile.ZipFile(wheel) as zf:
@@ -107,6 +108,7 @@ def test_wheel_metadata(dists: tuple[Path, Path]) -> None:
 
 
 def test_sdist_has_the_sources(dists: tuple[Path, Path]) -> None:
+    """The sdist holds pyproject.toml, README.md, PKG-INFO and the verld package."""
     sdist, _ = dists
     top = f"verld-{verld.__version__}"
     with tarfile.open(sdist) as tf:
@@ -116,9 +118,9 @@ def test_sdist_has_the_sources(dists: tuple[Path, Path]) -> None:
 
 
 def test_install_in_a_fresh_venv(dists: tuple[Path, Path], tmp_path: Path) -> None:
-    """The wheel installs, with its dependencies from the index, in a new venv whose
-    programs start and whose dependencies are consistent (pip check); the sdist
-    installs over it."""
+    """The wheel installs with its dependencies in a new venv that works, and the sdist over it."""
+    # The dependencies come from the index; the venv's programs start and its dependencies are
+    # consistent (pip check); the sdist installs over it.
     sdist, wheel = dists
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)])

@@ -2,25 +2,37 @@
 
 verld runs as a subprocess on verld-sim; programs are real processes or bare opens
 of the link (pyserial where a user's script would use it, pymodbus's own serial
-client for Modbus RTU).
+client for Modbus RTU). `TestFrontProtocol` drives `PortsFront` in-process, as the
+daemon does, over a stand-in core (no program opens a port there, so no call is made).
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 import serial
 import yaml
 
+from verld.codec.base import Kind
 from verld.codec.modbus import mbap_frame
+from verld.codec.verl import FrameDecoder, encode_frame
+from verld.config import Config, parse_config
+from verld.fronts.ports.front import PortsFront
+from verld.fronts.ports.pty import PortSetupError
+from verld.fronts.protocol import FrontCounts, Listener
+from verld.ownership import acquire
 from verld.testing import DaemonProc, SimProc, wait_for, write_config
+
+if TYPE_CHECKING:
+    from verld.fronts.base import Core
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,6 +106,72 @@ def test_links_exist_while_verld_runs_and_are_removed_at_exit(tmp_path: Path) ->
     assert not any(os.path.lexists(link) for link in links)
 
 
+# --- the Front protocol, in-process -------------------------------------------------
+
+
+class _Core:
+    """What `PortsFront` touches of a `Core` while no program opens a port."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Listener] = []
+        self.counts: dict[str, FrontCounts] = {}
+
+    def front(self, name: str) -> FrontCounts:
+        return self.counts.setdefault(name, FrontCounts(name))
+
+
+def _front(links: list[Path]) -> tuple[PortsFront, _Core]:
+    ports = "".join(f"  - link: {link}\n" for link in links)
+    cfg: Config = parse_config(f"device: {{port: /dev/fake, codec: line}}\nports:\n{ports}")
+    core = _Core()
+    return PortsFront(cfg, cast("Core", core)), core
+
+
+class TestFrontProtocol:
+    def test_claim_fails_on_the_first_link_it_cannot_own_and_lets_go_of_the_rest(
+        self, tmp_path: Path
+    ) -> None:
+        """A claim that fails names the link, creates nothing and releases the links it took."""
+        good, bad = tmp_path / "ttyA", tmp_path / "nodir" / "ttyB"
+        front, _ = _front([good, bad])
+        with pytest.raises(PortSetupError, match="does not exist") as info:
+            asyncio.run(front.claim())
+        assert info.value.fields == {"link": str(bad)}
+        assert not os.path.lexists(good)
+        with acquire(str(good)):  # (free again)
+            pass
+
+    def test_start_serves_every_port_and_close_removes_them_twice_over(
+        self, tmp_path: Path
+    ) -> None:
+        """claim, start, status and close, as the daemon drives them; close is idempotent."""
+        links = [tmp_path / "ttyA", tmp_path / "ttyB"]
+        front, core = _front(links)
+
+        async def life() -> dict[str, Any]:
+            await front.close()  # (safe before anything)
+            await front.claim()
+            await front.start()
+            assert core.listeners == [front]
+            assert all(os.readlink(link).startswith("/dev/pts/") for link in links)
+            status = front.status()
+            front.stop_accepting()
+            await front.close()
+            await front.close()
+            return status
+
+        status = asyncio.run(life())
+        assert [(p["link"], p["open"], p["calls"]) for p in status["ports"]] == [
+            (str(link), False, 0) for link in links
+        ]
+        assert core.listeners == []
+        assert not any(os.path.lexists(link) for link in links)
+        assert list(core.counts) == ["port"]  # (its calls' metrics label)
+        for link in links:
+            with acquire(str(link)):  # every lock let go
+                pass
+
+
 # --- reload ------------------------------------------------------------------------------
 
 
@@ -125,8 +203,9 @@ class Reloadable:
 def test_reload_keeps_unchanged_ports_adds_new_ones_and_hangs_up_removed_ones(
     tmp_path: Path,
 ) -> None:
-    """After a reload: the kept port's program is still connected and answered, the
-    removed port's program sees a hang-up and its link is gone, the new port works."""
+    """A reload keeps unchanged ports connected, hangs up removed ones and adds working new ones."""
+    # The kept port's program is still connected and answered, the removed port's program sees a
+    # hang-up and its link is gone, the new port works.
     a, b, c = (str(tmp_path / n) for n in ("ttyA", "ttyB", "ttyC"))
     rig = Reloadable(tmp_path, "line", [{"link": a}, {"link": b}])
     fd_b = os.open(b, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
@@ -150,8 +229,8 @@ def test_reload_keeps_unchanged_ports_adds_new_ones_and_hangs_up_removed_ones(
 
 
 def test_reload_applies_a_ports_new_write_and_mode_settings(tmp_path: Path) -> None:
-    """The same link with write: false and mode 0600: the pty stays, its node's mode
-    changes, and what the program writes is ignored from then on."""
+    """A reload applies a port's new write: false and mode 0600 to the same pty."""
+    # The pty stays, its node's mode changes, and what the program writes is ignored from then on.
     a = str(tmp_path / "ttyA")
     rig = Reloadable(tmp_path, "line", [{"link": a}])
     try:
@@ -167,12 +246,33 @@ def test_reload_applies_a_ports_new_write_and_mode_settings(tmp_path: Path) -> N
         rig.stop()
 
 
-# --- the Modbus codecs on a port ------------------------------------------------------------
+# --- the program's own ids, and Modbus masters, on a port -------------------------------------
+
+
+def test_a_verl_reply_carries_the_programs_own_seq(tmp_path: Path) -> None:
+    """A verl request with seq 0xBEEF gets a reply frame of seq 0xBEEF, whatever seq verld used."""
+    # Whatever seq verld used on the link.
+    sim = SimProc(tmp_path, codec="verl")
+    link = str(tmp_path / "ttyV")
+    daemon = DaemonProc(_config(tmp_path, sim, "verl", [{"link": link}]))
+    try:
+        with serial.Serial(link, timeout=2) as port:
+            port.write(encode_frame(Kind.REQUEST, 0xBEEF, b"\x01hello"))
+            frames: list[Any] = []
+            decoder = FrameDecoder(4096, frozenset({Kind.REPLY, Kind.EVENT}))
+            deadline = time.monotonic() + 5
+            while not frames and time.monotonic() < deadline:
+                frames += decoder.feed(port.read(64))
+        assert [(f.kind, f.seq, f.payload) for f in frames] == [(Kind.REPLY, 0xBEEF, b"\x00hello")]
+    finally:
+        daemon.stop()
+        sim.stop()
 
 
 def test_a_modbus_rtu_master_reads_registers_through_a_port(tmp_path: Path) -> None:
-    """pymodbus's own RTU client on the port link reads the sim's holding registers,
-    and a read of a unit that does not answer gets nothing (pymodbus times out)."""
+    """pymodbus's RTU client reads holding registers through a port; a silent unit gets nothing."""
+    # It reads the sim's holding registers on the port link; a read of a unit that does not
+    # answer gets nothing (pymodbus times out).
     from pymodbus.client import ModbusSerialClient
     from pymodbus.exceptions import ModbusIOException
 
@@ -197,8 +297,7 @@ def test_a_modbus_rtu_master_reads_registers_through_a_port(tmp_path: Path) -> N
 
 
 def test_a_modbus_tcp_port_answers_with_the_programs_transaction_id(tmp_path: Path) -> None:
-    """On modbus-tcp, MBAP requests written to the port get MBAP responses with the
-    program's own transaction ids."""
+    """MBAP requests written to a modbus-tcp port get responses with their own transaction ids."""
     sim = SimProc(tmp_path, "--units", "1", codec="modbus-tcp", tcp=True)
     link = str(tmp_path / "ttyT")
     daemon = DaemonProc(write_config(tmp_path, sim.address, {
@@ -217,11 +316,11 @@ def test_a_modbus_tcp_port_answers_with_the_programs_transaction_id(tmp_path: Pa
 
 
 def test_verld_waits_for_the_program_without_spinning_after_a_close(tmp_path: Path) -> None:
-    """After a program closed the port, verld's CPU stays near zero (no reader left
-    on a master that is readable for ever)."""
+    """After a program closed its port, and beside one nobody opens, verld idles near zero CPU."""
     sim = SimProc(tmp_path, codec="line")
     link = str(tmp_path / "ttyA")
-    daemon = DaemonProc(_config(tmp_path, sim, "line", [{"link": link}]))
+    ports = [{"link": link}, {"link": str(tmp_path / "ttyIdle")}]
+    daemon = DaemonProc(_config(tmp_path, sim, "line", ports))
     try:
         with serial.Serial(link, timeout=2) as port:
             port.write(b"PING\n")

@@ -257,9 +257,10 @@ class Gpsd:
 
 @pytest.mark.timeout(40)
 def test_gpsd_gets_a_3d_fix_through_a_read_only_port_while_api_calls_go_on(bench: Make) -> None:
-    """verld-sim as a GPS (5 fixes a second), its sentences device events; gpsd -b on
-    a `write: false` port reports TPV mode 3 at the sim's position, an API client's
-    PING is answered meanwhile, and the port shows open with no calls."""
+    """gpsd -b gets a 3D fix through a read-only port while an API client's PING is answered."""
+    # verld-sim as a GPS (5 fixes a second), its sentences device events; gpsd -b on a `write:
+    # false` port reports TPV mode 3 at the sim's position, an API client's PING is answered
+    # meanwhile, and the port shows open with no calls.
     _need("gpsd")
     rig = bench({"ttyGPS": {"write": False}}, event="^\\$GP", sim_args=("--nmea", "5"))
     gpsd = Gpsd(rig, "ttyGPS", "-b")
@@ -275,9 +276,10 @@ def test_gpsd_gets_a_3d_fix_through_a_read_only_port_while_api_calls_go_on(bench
 
 @pytest.mark.timeout(40)
 def test_gpsd_probing_a_read_only_port_has_its_writes_ignored_not_called(bench: Make) -> None:
-    """Without -b gpsd probes the receiver (vendor queries, speed changes) before it
-    settles on NMEA: on a `write: false` port every byte it writes is counted
-    `ignored`, none becomes a call, and the fix still comes."""
+    """gpsd probing a read-only port has every written byte counted ignored, none a call."""
+    # Without -b gpsd probes the receiver (vendor queries, speed changes) before it settles on
+    # NMEA: on a `write: false` port every byte it writes is counted `ignored`, none becomes a
+    # call, and the fix still comes.
     _need("gpsd")
     rig = bench({"ttyGPS": {"write": False}}, event="^\\$GP", sim_args=("--nmea", "5"))
     tpv = Gpsd(rig, "ttyGPS").first_3d_fix()
@@ -293,8 +295,9 @@ def test_gpsd_probing_a_read_only_port_has_its_writes_ignored_not_called(bench: 
 
 @pytest.mark.timeout(40)
 def test_picocom_typing_ping_sees_pong_and_leaves_the_port_closed(bench: Make) -> None:
-    """picocom on a writable port, its terminal a pty: `PING` + Enter shows `PONG`; after
-    C-a C-x it exits 0, the port is closed and its one call was answered."""
+    """picocom typing PING sees PONG, exits 0 on C-a C-x and leaves the port closed."""
+    # picocom on a writable port, its terminal a pty: `PING` + Enter shows `PONG`; after C-a C-x
+    # it exits 0, the port is closed and its one call was answered.
     _need("picocom")
     rig = bench({"ttyV0": {}})
     term = rig.picocom("ttyV0")
@@ -340,9 +343,10 @@ def test_socat_on_a_port_reads_the_devices_identity(bench: Make) -> None:
 def test_picocom_and_a_pyserial_script_on_two_ports_each_see_only_their_own(
     bench: Make,
 ) -> None:
-    """picocom on ttyA types `ECHO from-picocom-i` while a pyserial script on ttyB loops
-    `ECHO from-script-i` 50 times: picocom's screen holds its five replies and nothing
-    else, the script got its 50 in order and none of picocom's."""
+    """picocom and a pyserial script on two ports each see only their own replies."""
+    # picocom on ttyA types `ECHO from-picocom-i` while a pyserial script on ttyB loops `ECHO
+    # from-script-i` 50 times: picocom's screen holds its five replies and nothing else, the
+    # script got its 50 in order and none of picocom's.
     _need("picocom")
     rig = bench({"ttyA": {}, "ttyB": {}})
     term = rig.picocom("ttyA")
@@ -373,8 +377,8 @@ def _config_snippets() -> list[str]:
 
 @pytest.mark.timeout(60)
 def test_the_guides_config_snippets_pass_check_config(tmp_path: Path) -> None:
-    """Every config in docs/ports.md with `ports:` passes `verld --check-config`, so the
-    guide cannot drift from the schema."""
+    """Every config in docs/ports.md with `ports:` passes `verld --check-config`."""
+    # So the guide cannot drift from the schema.
     snippets = _config_snippets()
     assert len(snippets) >= 2, "docs/ports.md shows no `ports:` configs"
     for i, snippet in enumerate(snippets, 1):

@@ -133,8 +133,8 @@ def is_error(msg: Msg, code: str, req_id: Any) -> bool:
 class TestOps:
     @pytest.mark.timeout(20)
     def test_hello_reply_has_the_documented_fields(self, client: DocClient) -> None:
-        """hello: version "1", daemon "verld X.Y.Z", device {port, codec, max_payload, window,
-        ping}."""
+        """The hello reply has the documented version, daemon and device fields."""
+        # hello: version "1", daemon "verld X.Y.Z", device {port, codec, max_payload, window, ping}.
         r = client.request("hello", client="doc-test")
         assert set(r) == {"id", "ok", "version", "daemon", "device", "role"}
         assert (r["ok"], r["version"]) == (True, "1")

@@ -232,8 +232,8 @@ class TestHang:
     def test_hang_under_load_is_down_after_misses_timeouts(
         self, tmp_path: Path, sim: SimProc
     ) -> None:
-        """With the ping off, `misses` calls in a row timed out with no byte back declare
-        the link dead, not fewer."""
+        """With no ping, `misses` timed-out calls in a row, no byte back, declare the link dead."""
+        # Not fewer.
         d = start(tmp_path, sim.link, heartbeat={"interval": 0}, device={"retry": 0})
         try:
             sub = d.client()

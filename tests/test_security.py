@@ -1041,11 +1041,11 @@ def _answered(socks: list[socket.socket], timeout: float) -> int:
 # --- verld bugs that need their own daemon --------------------------------------------------
 class TestDenialOfService:
     def test_abandoned_calls_cannot_wedge_the_device(self, tmp_path: Path) -> None:
-        """A window of unanswered calls with the longest timeout, client gone: others call.
-
-        Regression: timeouts had no bound and in-flight calls outlived their client; with
-        no heartbeat while calls are outstanding, the device stayed wedged for everyone.
-        """
+        """A window of abandoned calls with the longest timeout does not wedge the device."""
+        # A window of unanswered calls with the longest timeout, client gone: others call.
+        #
+        # Regression: timeouts had no bound and in-flight calls outlived their client; with no
+        # heartbeat while calls are outstanding, the device stayed wedged for everyone.
         sim = SimProc(tmp_path)
         d = DaemonProc(write_config(tmp_path, sim.link, {"api": {"drain": 0.2}}))
         try:
@@ -1063,11 +1063,9 @@ class TestDenialOfService:
             sim.stop()
 
     def test_a_vanished_client_cannot_flood_the_log(self, tmp_path: Path) -> None:
-        """25,000 empty frames then close: a few log lines, all of them structured JSON.
-
-        Regression: each reply written after the peer vanished made asyncio log a plain
-        `socket.send() raised exception.` line.
-        """
+        """25,000 empty frames then close give a few log lines, all of them structured JSON."""
+        # Regression: each reply written after the peer vanished made asyncio log a plain
+        # `socket.send() raised exception.` line.
         sim = SimProc(tmp_path)
         d = DaemonProc(write_config(tmp_path, sim.link, {"log": {"level": "INFO"}}))
         try:
@@ -1088,11 +1086,9 @@ class TestDenialOfService:
             sim.stop()
 
     def test_client_waits_for_a_full_listen_backlog(self, tmp_path: Path) -> None:
-        """While verld's listen backlog is full, a Client waits (up to its timeout) to connect.
-
-        Regression: a connect with a timeout is non-blocking, and on AF_UNIX a full backlog
-        gave EAGAIN at once: a connection storm made well-behaved clients "unreachable".
-        """
+        """While verld's listen backlog is full, a Client waits (up to its timeout) to connect."""
+        # Regression: a connect with a timeout is non-blocking, and on AF_UNIX a full backlog gave
+        # EAGAIN at once: a connection storm made well-behaved clients "unreachable".
         sim = SimProc(tmp_path)
         d = DaemonProc(write_config(tmp_path, sim.link, {"log": {"level": "INFO"}}))
         socks: list[socket.socket] = []
@@ -1127,11 +1123,9 @@ class TestDenialOfService:
             sim.stop()
 
     def test_max_clients_holds_under_a_1024_fd_limit(self, tmp_path: Path) -> None:
-        """Started with a soft NOFILE of 1024, 1024 clients are served and the link reopens.
-
-        Regression: accept() hit EMFILE at ~1011 clients (no busy reply, the link could not
-        reopen); verld now raises its soft limit to max_clients + 64 where the hard one allows.
-        """
+        """Under a soft NOFILE of 1024, 1024 clients are served and the link reopens."""
+        # Regression: accept() hit EMFILE at ~1011 clients (no busy reply, the link could not
+        # reopen); verld now raises its soft limit to max_clients + 64 where the hard one allows.
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if hard < 1200:
             pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below 1200")

@@ -1,4 +1,5 @@
-"""The session in-process, on a real pty with the real simulator: logs, counters, taps."""
+"""The session in-process (the shipped rig, the real transport), on a real pty with the
+real simulator: logs, counters, taps."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ from structlog.testing import capture_logs
 from support import SimProc
 
 from verld.calls import Call, CallResult
-from verld.codec.select import make_codec
 from verld.config import parse_config
 from verld.link import LinkState, Transition
 from verld.session import Session
-from verld.supervisor import Supervisor
+from verld.testing.session import SessionRig
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -25,11 +25,9 @@ async def with_session(sim: SimProc, body: Any, debug: bool = False) -> list[Tra
         "heartbeat: {interval: 0.2, misses: 3, timeout: 0.5}\n"
         "reconnect: {initial: 0.05, max: 0.2}\n"
     )
-    seen: list[Transition] = []
-    session = Session(cfg, make_codec(cfg), sim.link, clock=asyncio.get_running_loop(),
-                      on_event=lambda *a: None, on_link=seen.append)  # fmt: skip
+    rig = SessionRig(cfg, clock=asyncio.get_running_loop(), port=sim.link)
+    session, supervisor, seen = rig.session, rig.supervisor, rig.transitions
     session.set_debug(debug)
-    supervisor = Supervisor(session)
     runner = asyncio.create_task(supervisor.run())
     try:
         for _ in range(200):
@@ -68,11 +66,9 @@ class TestSession:
         assert [t.state for t in seen][:2] == [LinkState.CONNECTING, LinkState.UP]
 
     def test_debug_logs_the_call_chain(self, sim: SimProc) -> None:
-        """At DEBUG a call logs received, sent and done, with its request id and ms.
-
-        Nothing else waits and the window has room, so it goes straight out: no
-        `call_queued` line (a call that has to wait logs one).
-        """
+        """At DEBUG a call logs received, sent and done, with its request id and ms."""
+        # Nothing else waits and the window has room, so it goes straight out: no
+        # `call_queued` line (a call that has to wait logs one).
 
         async def body(session: Session) -> None:
             assert (await call(session, b"\x01hi", req_id=42)).data == b"hi"

@@ -1,25 +1,17 @@
-"""The session's logic with no event loop: a `ManualClock` and a transport that records.
+"""The session's logic with no event loop: the shipped rig (`verld.testing.session`).
 
-The session reads time only from its `clock` parameter and does no I/O of its own,
-so these tests drive it by hand: what it writes is decoded as a verl device would
-(`Wire`), the device's answers go in through `Session.link_data`, and time moves
-only by `clock.advance`. The supervisor's part (attempt, attach, handshake) is
-done here in three lines, as `connect`.
+The session reads time only from its clocks and does no I/O of its own, so these
+tests drive it by hand: what it writes is split as a verl device would (the
+codec's own device side), the device's answers go in through the session's
+`link_data`, and time moves only by `clock.advance`. The supervisor's steps of an
+attempt are its own methods, run by `SessionRig.connect`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from verld.link import LinkState
+from verld.testing.session import SessionRig
 
-from verld.calls import Call, CallResult
-from verld.codec.select import make_codec
-from verld.codec.verl import FrameDecoder, VerlFrame, encode_frame
-from verld.config import parse_config
-from verld.link import LinkState, Transition
-from verld.session import Session
-from verld.testing import ManualClock
-
-REQUEST, REPLY = 0x11, 0x12
 CONFIG = """
 device: {port: /dev/fake, timeout: 1.0, retry: 0, window: 8}
 heartbeat: {interval: 2.0, misses: 3, timeout: 0.5}
@@ -27,65 +19,9 @@ reconnect: {initial: 0.1, max: 2.0}
 """
 
 
-class Wire:
-    """A LinkTransport that keeps the requests the session wrote, decoded."""
-
-    def __init__(self) -> None:
-        self.tap: Any = None
-        self.bytes_tx = self.bytes_rx = 0
-        self.closed = False
-        self.requests: list[VerlFrame] = []
-        self._decoder = FrameDecoder(4096, frozenset({REQUEST}))
-
-    def write(self, data: bytes) -> None:
-        self.bytes_tx += len(data)
-        self.requests.extend(self._decoder.feed(data))
-
-    def poll(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class Rig:
-    """A session on a manual clock, its wire, and what it announced."""
-
-    def __init__(self, config: str = CONFIG) -> None:
-        self.clock = ManualClock()
-        cfg = parse_config(config)
-        self.transitions: list[Transition] = []
-        self.lost = 0
-        self.session = Session(
-            cfg, make_codec(cfg), "/dev/fake", clock=self.clock,
-            on_event=lambda *_: None, on_link=self.transitions.append,
-        )  # fmt: skip
-        self.session.on_lost = self._on_lost
-        self.wire = Wire()
-
-    def _on_lost(self) -> None:
-        self.lost += 1
-
-    def connect(self) -> None:
-        """What the supervisor does: attempt, attach, handshake ping, answered."""
-        s = self.session
-        s.announce(s.link.attempt(self.clock.time()))
-        s.attach(self.wire)
-        s.send([s.timers.ping(lambda r: s.came_up() if r.error is None else None)])
-        self.answer()
-
-    def answer(self, *, skip: int = 0) -> None:
-        """The device answers every request not answered yet (after `skip` of them)."""
-        pending, self.wire.requests = self.wire.requests[skip:], []
-        for frame in pending:
-            self.session.link_data(encode_frame(REPLY, frame.seq, b"\x00" + frame.payload[1:]))
-
-    def call(self, payload: bytes, **kw: Any) -> list[CallResult]:
-        results: list[CallResult] = []
-        kw.setdefault("timeout", 1.0)
-        kw.setdefault("retry", 0)
-        self.session.submit(Call("me", payload, results.append, **kw))
-        return results
+def Rig(config: str = CONFIG) -> SessionRig:
+    """The shipped rig on this file's config."""
+    return SessionRig(config)
 
 
 class TestWithoutAnEventLoop:
@@ -114,7 +50,7 @@ class TestWithoutAnEventLoop:
         rig.clock.advance(0.999)
         assert len(rig.wire.requests) == 1
         rig.clock.advance(0.002)
-        assert [f.seq for f in rig.wire.requests] == [first.seq, first.seq]
+        assert [f.tag for f in rig.wire.requests] == [first.tag, first.tag]
         rig.answer(skip=1)
         assert results[0].error is None and rig.session.counters.retries == 1
 

@@ -14,16 +14,15 @@ from typing import Any
 
 import pytest
 
+from verld.bus import Bus
 from verld.calls import Call, CallResult
-from verld.codec.modbus import crc16, mbap_frame, rtu_frame, rtu_request_length
-from verld.codec.select import make_codec
-from verld.config import parse_config
+from verld.codec.base import PortRequest
+from verld.codec.modbus import rtu_frame
+from verld.discipline import Turns
 from verld.link import LinkState
 from verld.metrics import prometheus_text
-from verld.session import Session
 from verld.sim.modbus import ModbusSlave
-from verld.stats import session_status
-from verld.testing import ManualClock
+from verld.testing.session import ManualClock, SessionRig
 
 RTU = """
 device: {port: /dev/fake, codec: modbus-rtu, baudrate: 9600}
@@ -33,101 +32,36 @@ READ = bytes.fromhex("010300000002")  # unit 1: holding registers 0..1
 GAP_9600 = 3.5 * 10 / 9600  # 3.5 characters of 8N1 at 9600 baud
 
 
-class RtuWire:
-    """A LinkTransport keeping the RTU requests the session wrote (CRC checked)."""
-
-    def __init__(self) -> None:
-        self.tap: Any = None
-        self.bytes_tx = self.bytes_rx = 0
-        self.closed = False
-        self.requests: list[bytes] = []  # unit + PDU
-
-    def write(self, data: bytes) -> None:
-        self.bytes_tx += len(data)
-        while data:
-            n = rtu_request_length(data) or len(data)
-            frame, data = data[:n], data[n:]
-            assert crc16(frame[:-2]) == frame[-2] | frame[-1] << 8, frame.hex()
-            self.requests.append(frame[:-2])
-
-    def poll(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class TcpWire(RtuWire):
-    """The same for MBAP frames: (transaction id, unit + PDU)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.frames: list[tuple[int, bytes]] = []
-
-    def write(self, data: bytes) -> None:
-        self.bytes_tx += len(data)
-        while data:
-            length = int.from_bytes(data[4:6], "big")
-            tid, body, data = (
-                int.from_bytes(data[:2], "big"),
-                data[6 : 6 + length],
-                data[6 + length :],
-            )
-            self.frames.append((tid, body))
-            self.requests.append(body)
-
-
-class Rig:
-    """A Modbus session on a manual clock, the wire, and a slave to answer from."""
+class Rig(SessionRig):
+    """The shipped rig on a Modbus config, with verld-sim's slave to answer from."""
 
     def __init__(self, config: str = RTU, units: tuple[int, ...] = (1, 2)) -> None:
-        self.clock = ManualClock(100.0)
-        self.cfg = parse_config(config)
-        self.tcp = self.cfg.device.codec == "modbus-tcp"
-        self.session = Session(
-            self.cfg, make_codec(self.cfg), "/dev/fake", clock=self.clock,
-            on_event=lambda *_: None, on_link=lambda _: None,
-        )  # fmt: skip
-        self.lost = 0
-        self.session.on_lost = self._lost
-        self.wire: RtuWire = TcpWire() if self.tcp else RtuWire()
+        super().__init__(config, clock=ManualClock(100.0))
         self.slave = ModbusSlave(units)
 
-    def _lost(self) -> None:
-        self.lost += 1
+    def connect(self, respond: Any = None) -> list[CallResult]:
+        """Up: the handshake ping (if any) is answered, by its unit's exception reply
+        when the slave does not serve that unit (an answer all the same)."""
+        return super().connect(lambda r: self._respond(r) or (0, r.payload[:1] + b"\x83\x04"))
 
-    def connect(self) -> None:
-        s = self.session
-        s.announce(s.link.attempt(self.clock.time()))
-        s.attach(self.wire)
-        s.came_up()
+    def sent(self) -> list[bytes]:
+        """The requests written and not answered yet: unit + PDU each."""
+        return [request.payload for request in self.wire.requests]
 
-    def call(self, payload: bytes, owner: str = "me", **kw: Any) -> list[CallResult]:
-        results: list[CallResult] = []
-        kw.setdefault("timeout", self.cfg.device.timeout)
-        kw.setdefault("retry", self.cfg.device.retry)
-        self.session.submit(Call(owner, payload, results.append, **kw))
-        return results
-
-    def answer(self) -> int:
+    def answer(self, respond: Any = None, *, skip: int = 0) -> int:
         """The slave answers every request written so far (silent units stay silent)."""
-        answered = 0
-        if self.tcp:
-            assert isinstance(self.wire, TcpWire)
-            frames, self.wire.frames, self.wire.requests = self.wire.frames, [], []
-            for tid, body in frames:
-                response = self.slave.handle(body)
-                if response is not None:
-                    self.session.link_data(mbap_frame(tid, response))
-                    answered += 1
-            return answered
-        pending, self.wire.requests = self.wire.requests, []
-        for request in pending:
-            response = self.slave.handle(request)
-            if response is not None:
-                self.session.link_data(rtu_frame(response))
-                answered += 1
-        return answered
+        return super().answer(respond or self._respond, skip=skip)
+
+    def _respond(self, request: PortRequest) -> tuple[int, bytes] | None:
+        response = self.slave.handle(request.payload)
+        return None if response is None else (0, response)
+
+
+def bus_of(rig: Rig) -> Bus:
+    """The session's bus of units."""
+    line = rig.session.line
+    assert isinstance(line, Turns)
+    return line.bus
 
 
 def up(config: str = RTU, units: tuple[int, ...] = (1, 2)) -> Rig:
@@ -141,7 +75,7 @@ class TestCalls:
         """Call data is unit + PDU; the reply's data is the slave's unit + PDU, status 0."""
         rig = up()
         results = rig.call(READ)
-        assert rig.wire.requests == [READ]
+        assert rig.sent() == [READ]
         rig.answer()
         assert [(r.error, r.status, r.data.hex()) for r in results] == [
             (None, 0, "0103040000" + "0001")
@@ -179,7 +113,7 @@ class TestCalls:
         """Too short, a unit above 247 on RTU, fc 0x80+, a PDU over 253 bytes: bad_request."""
         rig = up()
         results = rig.call(payload)
-        assert [r.error for r in results] == ["bad_request"] and rig.wire.requests == []
+        assert [r.error for r in results] == ["bad_request"] and rig.sent() == []
 
     def test_modbus_tcp_passes_units_above_247(self) -> None:
         """On modbus-tcp units 0..255 are all ordinary."""
@@ -192,8 +126,7 @@ class TestCalls:
         """Up to `window` calls go out at once, each MBAP transaction id its seq."""
         rig = up("device: {port: 'tcp://127.0.0.1:502', codec: modbus-tcp, window: 4}\n")
         results = [rig.call(READ, owner=f"c{i}") for i in range(6)]
-        assert isinstance(rig.wire, TcpWire)
-        assert [tid for tid, _ in rig.wire.frames] == [0, 1, 2, 3]
+        assert [request.tag for request in rig.wire.requests] == [0, 1, 2, 3]
         rig.answer()
         rig.answer()
         assert [r[0].error for r in results] == [None] * 6
@@ -204,7 +137,7 @@ class TestBroadcast:
         """Unit 0 on RTU: written, nothing read; ok with empty data after turnaround."""
         rig = up(RTU + "modbus: {turnaround: 0.2}\n")
         results = rig.call(bytes.fromhex("000600010007"))
-        assert rig.wire.requests == [bytes.fromhex("000600010007")]
+        assert rig.sent() == [bytes.fromhex("000600010007")]
         rig.clock.advance(0.199)
         assert results == []
         rig.clock.advance(0.002)
@@ -217,7 +150,7 @@ class TestBroadcast:
         rig.call(READ, owner="other")
         assert len(rig.wire.requests) == 1
         rig.clock.advance(0.1 + GAP_9600)
-        assert rig.wire.requests[-1] == READ
+        assert rig.sent()[-1] == READ
 
     def test_a_broadcast_is_not_retried_and_bytes_meanwhile_are_noise(self) -> None:
         """Whatever comes during the turnaround cannot be the broadcast's reply."""
@@ -236,11 +169,11 @@ class TestTiming:
         rig.call(READ)
         second = rig.call(READ, owner="other")
         rig.answer()
-        assert rig.wire.requests == []  # the reply's end is too recent
+        assert rig.sent() == []  # the reply's end is too recent
         rig.clock.advance(GAP_9600 - 0.0005)
-        assert rig.wire.requests == []
+        assert rig.sent() == []
         rig.clock.advance(0.001)
-        assert rig.wire.requests == [READ]
+        assert rig.sent() == [READ]
         rig.answer()
         assert [r.error for r in second] == [None]
 
@@ -251,13 +184,13 @@ class TestTiming:
         rig.call(READ, owner="other")
         rig.answer()
         rig.clock.advance(0.0017)
-        assert rig.wire.requests == []
+        assert rig.sent() == []
         rig.clock.advance(0.0001)
-        assert rig.wire.requests == [READ]
+        assert rig.sent() == [READ]
 
     def test_a_reply_of_known_length_survives_a_pause_in_mid_frame(self) -> None:
-        """Half a fc 3 reply, 20 ms of silence (a USB adapter's packet timer), the rest:
-        one reply, nothing dropped: silence ends only frames of unknown length."""
+        """A reply of known length split by 20 ms of silence arrives whole, nothing dropped."""
+        # (a USB adapter's packet timer: silence ends only frames of unknown length)
         rig = up()
         results = rig.call(READ)
         frame = rtu_frame(bytes.fromhex("0103040000" + "0001"))
@@ -313,7 +246,7 @@ class TestSilentUnits:
         assert [r.message for r in meanwhile] == ["unit 2 offline"]
         rig.answer()
         assert [r.error for r in probe] == [None]
-        assert rig.session.bus is not None and not rig.session.bus.units[2].offline
+        assert bus_of(rig) is not None and not bus_of(rig).units[2].offline
 
     def test_a_failed_probe_backs_off_again(self) -> None:
         """A probe that times out: calls fail at once for another backoff."""
@@ -341,7 +274,7 @@ class TestSilentUnits:
         for _ in range(2):
             rig.call(bytes.fromhex("090300000001"))
             rig.clock.advance(2.0)
-        assert rig.session.bus is not None and not rig.session.bus.units[9].offline
+        assert bus_of(rig) is not None and not bus_of(rig).units[9].offline
 
     def test_queued_calls_to_a_unit_that_goes_offline_fail_at_once(self) -> None:
         """The third timeout takes the unit offline: its waiting calls end then, not later."""
@@ -359,7 +292,7 @@ class TestSilentUnits:
             rig.call(bytes.fromhex("090300000001"), owner="flood")
         results = rig.call(READ, owner="poller")
         rig.clock.advance(0.5 + 0.1 + GAP_9600)  # one try of unit 9, then the guard
-        assert rig.wire.requests[-1] == READ
+        assert rig.sent()[-1] == READ
         rig.answer()
         assert [r.error for r in results] == [None]
 
@@ -369,15 +302,14 @@ class TestSilentUnits:
         rig.call(bytes.fromhex("090300000001"), retry=1)
         rig.call(READ, owner="other")
         rig.clock.advance(0.5 + 0.1 + 0.01)
-        assert rig.wire.requests[1:] == [READ]
+        assert rig.sent()[1:] == [READ]
         rig.answer()
         rig.clock.advance(0.01)
-        assert rig.wire.requests == [bytes.fromhex("090300000001")]
+        assert rig.sent() == [bytes.fromhex("090300000001")]
         assert rig.session.counters.retries == 1
 
     def test_under_load_to_silent_units_a_heartbeat_ping_finds_a_dead_port(self) -> None:
-        """No reply for an interval while calls keep going: the ping queues, times out,
-        and `misses` of them take the link down."""
+        """Calls to silent units going out: `misses` queued pings timed out take the link down."""
         beat = "{interval: 1.0, misses: 2, timeout: 0.3, payload: '010300000001'}"
         rig = up(RTU.replace("{interval: 0}", beat) + "modbus: {offline_after: 1000}\n")
         for _ in range(40):
@@ -398,16 +330,17 @@ class TestHeartbeat:
         sent: list[float] = []
         for _ in range(800):
             rig.clock.advance(0.01)
-            pings = sum(1 for r in rig.wire.requests if r == bytes.fromhex("010300000001"))
+            pings = sum(1 for r in rig.sent() if r == bytes.fromhex("010300000001"))
             sent += [rig.clock.time()] * pings
             rig.answer()  # the pings are answered at once; unit 9 stays silent
         assert len(sent) >= 2
         assert all(b - a >= 0.9 for a, b in itertools.pairwise(sent)), sent
 
     def test_failing_pings_take_turns_with_calls(self) -> None:
-        """The heartbeat's unit 5 is silent and a client floods silent unit 9, so pings
-        are due and fail; a read of unit 1 each second still goes within one try of
-        each (never behind a run of pings), and its reply keeps the link up."""
+        """Failing pings take turns: a read of a live unit is never behind a run of them."""
+        # The heartbeat's unit 5 is silent and a client floods silent unit 9, so pings are due and
+        # fail; a read of unit 1 each second still goes within one try of each, and its reply keeps
+        # the link up.
         beat = "{interval: 0.5, misses: 3, timeout: 0.3, payload: '050300000001'}"
         rig = up(RTU.replace("{interval: 0}", beat) + "modbus: {offline_after: 1000}\n")
         s = rig.session
@@ -439,8 +372,10 @@ class TestHeartbeat:
             rig.call(READ)
             for _ in range(30):
                 rig.clock.advance(0.05)
-                rig.wire.requests = [r for r in rig.wire.requests if r == ping]  # reads dropped
-        bus = rig.session.bus
+                rig.wire.requests = [
+                    r for r in rig.wire.requests if r.payload == ping
+                ]  # reads dropped
+        bus = bus_of(rig)
         assert bus is not None and bus.units[1].offline
         pings = rig.session.counters.pings
         for _ in range(160):
@@ -461,7 +396,7 @@ class TestFigures:
         for _ in range(4):
             rig.call(bytes.fromhex("090300000001"))
             rig.clock.advance(2.0)
-        units = session_status(rig.session)["units"]
+        units = rig.session.status(0.0)["units"]
         assert units == [
             {
                 "unit": 1,
@@ -491,10 +426,10 @@ class TestFigures:
         for _ in range(4):
             rig.call(bytes.fromhex("090300000001"))
             rig.clock.advance(2.0)
-        assert rig.session.bus is not None
-        st = session_status(rig.session)
+        assert bus_of(rig) is not None
+        st = rig.session.status(0.0)
         st.update(inhibit=None, clients=0)
-        text = prometheus_text(st, rig.session.stats.latency, {}, rig.session.bus.unit_calls())
+        text = prometheus_text(st, rig.session.stats.latency, {}, bus_of(rig).unit_calls())
         assert 'verld_modbus_unit_calls_total{unit="1",outcome="ok"} 1' in text
         assert 'verld_modbus_unit_calls_total{unit="9",outcome="timeout"} 3' in text
         assert 'verld_modbus_unit_calls_total{unit="9",outcome="offline"} 1' in text
@@ -502,15 +437,13 @@ class TestFigures:
 
     def test_other_codecs_have_no_units(self) -> None:
         """status.units exists only on the Modbus codecs."""
-        cfg = parse_config("device: {port: /dev/fake}\n")
-        s = Session(cfg, make_codec(cfg), "/dev/fake", clock=ManualClock(),
-                    on_event=lambda *_: None, on_link=lambda _: None)  # fmt: skip
-        assert "units" not in session_status(s) and s.bus is None
+        s = SessionRig("device: {port: /dev/fake}\n").session
+        assert "units" not in s.status(0.0) and not isinstance(s.line, Turns)
 
 
 def test_a_waiting_call_to_an_offline_unit_waits_for_the_reopen() -> None:
-    """The link is down: a `wait` call to an offline unit waits (the reopen may bring
-    the unit back) instead of failing at once."""
+    """While the link is down a `wait` call to an offline unit waits for the reopen."""
+    # (the reopen may bring the unit back) instead of failing at once
     rig = up()
     for _ in range(3):
         rig.call(bytes.fromhex("090300000001"))

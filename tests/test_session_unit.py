@@ -1,20 +1,19 @@
-"""Session logic on virtual time: a scripted verl device behind a fake transport, no sleeps.
+"""Session logic on virtual time: the shipped rig with a scripted device, no sleeps.
 
-Strategy: `VirtualClockLoop` is a real asyncio loop whose clock jumps to the next
-timer whenever nothing is ready, so heartbeat, timeout, backoff and wait timings
-are exact and a minute of link time takes milliseconds. The supervisor's `opener`
-is a fake that hands the session a `FakeTransport`: requests written to it go to
-a `FakeDevice`, which answers (or not) through `Session.link_data`, as the fd
-transport would. Only the session's public surface is used: `submit`,
-`status` and the transport callbacks, with the supervisor's `run` and `close`.
+Strategy: `verld.testing.session` runs the real session and supervisor on a
+`VirtualClockLoop` (a real asyncio loop whose clock jumps to the next timer
+whenever nothing is ready), so heartbeat, timeout, backoff and wait timings are
+exact and a minute of link time takes milliseconds. The supervisor's opener is a
+`FakeDevice`, which answers (or not) through the session's `link_data`, as the fd
+transport would. Only the session's public surface is used: `submit`, `status`
+and the transport callbacks, with the supervisor's `run` and `close`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import selectors
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,141 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verld.calls import Call, CallResult
-from verld.codec.select import make_codec
-from verld.codec.verl import FrameDecoder, encode_frame
-from verld.config import parse_config
-from verld.errors import OpenError
 from verld.link import LinkState, Transition
-from verld.session import Session
-from verld.supervisor import Supervisor
-from verld.transport import LinkHandler
+from verld.testing.session import FakeDevice, SessionRig, run_virtual
 
 pytestmark = pytest.mark.timeout(60)
-
-REQUEST, REPLY, EVENT = 0x11, 0x12, 0x13
-
-
-# --- virtual time ---------------------------------------------------------------------------
-
-
-class _JumpingSelector(selectors.DefaultSelector):
-    """Polls without blocking; when nothing is ready, moves the loop's clock forward instead."""
-
-    def __init__(self, loop: VirtualClockLoop) -> None:
-        super().__init__()
-        self._vloop = loop
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        ready = super().select(0)
-        if not ready and timeout is not None and timeout > 0:
-            self._vloop.now += timeout
-        elif not ready and timeout is None:
-            raise RuntimeError("virtual loop: nothing scheduled, the test would wait forever")
-        return ready
-
-
-class VirtualClockLoop(asyncio.SelectorEventLoop):
-    """An event loop whose time advances only when every task waits for a timer."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        super().__init__(_JumpingSelector(self))
-
-    def time(self) -> float:
-        return self.now
-
-
-def run_virtual(main: Callable[[], Awaitable[None]]) -> None:
-    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
-        runner.run(main())  # type: ignore[arg-type]
-
-
-# --- the fake link ----------------------------------------------------------------------------
-
-
-class FakeTransport:
-    """What the session sees instead of an FdTransport."""
-
-    def __init__(self, device: FakeDevice, handler: LinkHandler) -> None:
-        self.device = device
-        self.handler = handler
-        self.closed = False
-        self.tap: Any = None
-        self.bytes_tx = self.bytes_rx = 0
-        self.write_backlog = 0
-        self._decoder = FrameDecoder(4096, frozenset({REQUEST}))
-
-    def write(self, data: bytes) -> None:
-        if self.closed:
-            return
-        self.bytes_tx += len(data)
-        for frame in self._decoder.feed(data):
-            self.device.on_request(self, frame.seq, frame.payload)
-
-    def poll(self) -> None:
-        """Nothing to read early: the fake device's replies come through the loop."""
-
-    def deliver(self, data: bytes) -> None:
-        if not self.closed:
-            self.bytes_rx += len(data)
-            self.handler.link_data(data)
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class FakeDevice:
-    """A verl device: pings get `00`, `01`+x gets `00`+x; faults are attributes."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, rng: random.Random | None = None) -> None:
-        self.loop = loop
-        self.rng = rng or random.Random(0)
-        self.plugged = True
-        self.hung = False
-        self.latency = 0.0
-        self.jitter = 0.0
-        self.drop = 0.0
-        self.duplicate = 0.0
-        self.early_event: bytes | None = None  #: sent before the reply to the next ping
-        self.ignore: bytes | None = None  #: requests starting so are never answered
-        self.requests: list[tuple[float, bytes]] = []
-        self.opens: list[float] = []
-        self.transport: FakeTransport | None = None
-
-    async def open_link(
-        self, _cfg: Any, _port: str, handler: LinkHandler, _timeout: float
-    ) -> FakeTransport:
-        self.opens.append(self.loop.time())
-        if not self.plugged:
-            raise OpenError("No such file or directory")
-        self.transport = FakeTransport(self, handler)
-        return self.transport
-
-    def on_request(self, transport: FakeTransport, seq: int, payload: bytes) -> None:
-        self.requests.append((self.loop.time(), payload))
-        if self.hung or (self.drop and self.rng.random() < self.drop):
-            return
-        if self.ignore is not None and payload and payload.startswith(self.ignore):
-            return
-        if self.early_event is not None and not payload:
-            transport.deliver(encode_frame(EVENT, 0, self.early_event))
-            self.early_event = None
-        reply = encode_frame(REPLY, seq, b"\x00" + payload[1:])
-        copies = 2 if self.duplicate and self.rng.random() < self.duplicate else 1
-        for _ in range(copies):
-            delay = self.latency + self.rng.uniform(0, self.jitter)
-            self.loop.call_later(delay, transport.deliver, reply)
-
-    def unplug(self) -> None:
-        """The adapter is pulled: the fd hangs up and the path is gone until `replug`."""
-        self.plugged = False
-        transport, self.transport = self.transport, None
-        if transport is not None and not transport.closed:
-            transport.closed = True
-            transport.handler.link_lost("hangup")
-
-    def pings(self) -> list[float]:
-        return [t for t, payload in self.requests if not payload]
 
 
 CONFIG = """
@@ -166,27 +34,19 @@ reconnect: {initial: 0.1, max: 2.0}
 """
 
 
-class Harness:
-    """A session on a fake device, recording link transitions and device events."""
+class Harness(SessionRig):
+    """The shipped rig on a virtual-time loop, a `FakeDevice` behind the supervisor's
+    opener; link transitions are kept with their times (`timed`)."""
 
     def __init__(self, config: str = CONFIG, port: str = "/dev/fake", **device: Any) -> None:
         self.loop = asyncio.get_running_loop()
         self.device = FakeDevice(self.loop)
         for name, value in device.items():
             setattr(self.device, name, value)
-        cfg = parse_config(config)
-        self.transitions: list[tuple[float, Transition]] = []
-        self.events: list[tuple[bytes, int]] = []
-        self.session = Session(
-            cfg,
-            make_codec(cfg),
-            port,
-            clock=self.loop,
-            on_event=lambda data, _text, gen: self.events.append((data, gen)),
-            on_link=lambda t: self.transitions.append((self.loop.time(), t)),
-            rng=random.Random(1),
-        )
-        self.supervisor = Supervisor(self.session, self.device.open_link)
+        super().__init__(config, clock=self.loop, port=port, rng=random.Random(1),
+                         opener=self.device.open_link)  # fmt: skip
+        self.timed: list[tuple[float, Transition]] = []
+        self.session.on_link = lambda t: self.timed.append((self.loop.time(), t))
         self.task: asyncio.Task[None] | None = None
         self.owner = object()
 
@@ -198,13 +58,9 @@ class Harness:
         if self.task is not None:
             await asyncio.wait_for(self.task, 10)
 
-    def call(self, payload: bytes, **kw: Any) -> list[CallResult]:
+    def call(self, payload: bytes, owner: object = None, **kw: Any) -> list[CallResult]:
         """Submit a call; its results (exactly one, eventually) land in the returned list."""
-        results: list[CallResult] = []
-        kw.setdefault("timeout", 1.0)
-        kw.setdefault("retry", 0)
-        self.session.submit(Call(self.owner, payload, results.append, **kw))
-        return results
+        return super().call(payload, self.owner if owner is None else owner, **kw)
 
     async def until(
         self, pred: Callable[[], bool], limit: float = 60.0, step: float = 0.01
@@ -218,17 +74,17 @@ class Harness:
     async def up(self, generation: int = 1) -> float:
         """Wait for the link to be up in `generation`; the time it came up."""
         await self.until(lambda: self.state_is(LinkState.UP, generation))
-        return self.transitions[-1][0]
+        return self.timed[-1][0]
 
     def state_is(self, state: LinkState, generation: int | None = None) -> bool:
         link = self.session.link
         return link.state is state and (generation is None or link.generation == generation)
 
     def states(self) -> list[str]:
-        return [t.state.value for _, t in self.transitions]
+        return [t.state.value for _, t in self.timed]
 
     def down_times(self) -> list[float]:
-        return [at for at, t in self.transitions if t.state is LinkState.DOWN]
+        return [at for at, t in self.timed if t.state is LinkState.DOWN]
 
 
 def answered(results: list[CallResult]) -> Callable[[], bool]:
@@ -293,8 +149,7 @@ class TestHeartbeat:
         run_virtual(main)
 
     def test_misses_silent_calls_in_a_row_are_a_dead_link(self) -> None:
-        """With the ping off, `misses` calls in a row timed out with no byte back declare
-        the link dead, not fewer."""
+        """With no ping, `misses` silent calls in a row (no byte back) make a dead link."""
 
         async def main() -> None:
             h = harness(CONFIG.replace("interval: 2.0", "interval: 0"))
@@ -312,8 +167,7 @@ class TestHeartbeat:
         run_virtual(main)
 
     def test_a_request_the_device_ignores_never_drops_the_link(self) -> None:
-        """Calls the device never answers, every try timed out, leave the link up: each
-        is followed by a probe ping, which the device answers."""
+        """Calls the device never answers leave the link up: each is followed by a probe."""
 
         async def main() -> None:
             h = harness(ignore=b"\x09")
@@ -334,8 +188,7 @@ class TestHeartbeat:
         run_virtual(main)
 
     def test_a_device_hung_under_load_is_dead_misses_pings_after_the_last_try(self) -> None:
-        """A call whose tries all time out sends a probe ping at once; `misses` unanswered
-        probes later (× heartbeat.timeout) the link is down."""
+        """A hung device: probes follow the last try; `misses` unanswered ones take it down."""
 
         async def main() -> None:
             h = harness()
@@ -470,7 +323,7 @@ class TestLoss:
             states = h.states()
             assert states[:3] == ["connecting", "up", "down"]
             assert states[-1] == "up" and set(states[3:-1]) <= {"connecting", "down"}
-            down = [t for _, t in h.transitions if t.state is LinkState.DOWN]
+            down = [t for _, t in h.timed if t.state is LinkState.DOWN]
             assert all(t.generation == 1 for t in down)
             results = h.call(b"\x01again")
             await h.until(answered(results))
@@ -494,8 +347,7 @@ class TestLoss:
 
 class TestLeaseOverQueuedCalls:
     def test_calls_queued_before_a_lease_are_busy_or_wait_their_own_timeout(self) -> None:
-        """A lease taken while others' calls are queued: those that did not ask to wait
-        fail busy at once, those that did wait their timeout, not the lease."""
+        """A lease fails others' queued calls busy, or lets those that wait wait their timeout."""
 
         async def main() -> None:
             h = harness(CONFIG.replace("window: 8", "window: 1"), latency=0.3)
@@ -582,8 +434,7 @@ class TestExactlyOnce:
     def test_every_call_ends_exactly_once_with_its_own_data(
         self, scenario: list[tuple[str, float]], seed: int
     ) -> None:
-        """Any mix of hangs, unplugs, drops, duplicates and jitter: one result per call, never
-        another call's data."""
+        """Hangs, unplugs, drops, duplicates and jitter: one result per call, with its own data."""
         calls: list[tuple[bytes, list[CallResult]]] = []
 
         async def main() -> None:
@@ -688,8 +539,9 @@ class TestDeadlines:
         run_virtual(main)
 
     def test_a_retry_does_not_delay_an_earlier_deadline(self) -> None:
-        """B (1 s, one retry) and A (1.5 s) sent together: B's retry at +1 s goes out with a
-        deadline of +2 s, yet A still times out at +1.5 s."""
+        """A retry with a later deadline does not delay an earlier call's timeout."""
+        # B (1 s, one retry) and A (1.5 s) sent together: B's retry at +1 s goes out with a
+        # deadline of +2 s, yet A still times out at +1.5 s.
 
         async def main() -> None:
             h = harness(self.NO_PING.replace("misses: 3", "misses: 9"))

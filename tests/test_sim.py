@@ -25,8 +25,9 @@ from verld.codec.length import encode as length_encode
 from verld.codec.line import LineSplitter
 from verld.codec.verl import FrameDecoder, VerlFrame, encode_frame
 from verld.sim.device import (
-    IDENTITY,
     Device,
+    LengthPersonality,
+    LinePersonality,
     VerlPersonality,
     make_personality,
     run_binary,
@@ -34,6 +35,8 @@ from verld.sim.device import (
 )
 from verld.sim.faults import Counters, Faults
 from verld.sim.launch import sim_command
+from verld.sim.modbus import ModbusRtuPersonality, ModbusTcpPersonality
+from verld.sim.personality import IDENTITY
 from verld.testing import SimProc
 
 REQUEST, REPLY, EVENT = 0x11, 0x12, 0x13
@@ -231,6 +234,34 @@ class TestCommands:
     def test_line_command(self, line: str, expected: tuple[list[str], int, int]) -> None:
         """Each text command gives its reply lines, delay and event count."""
         assert run_line(line) == expected
+
+
+class TestMakePersonality:
+    @pytest.mark.parametrize(
+        ("codec", "kind"),
+        [
+            ("verl", VerlPersonality),
+            ("length", LengthPersonality),
+            ("line", LinePersonality),
+            ("modbus-rtu", ModbusRtuPersonality),
+            ("modbus-tcp", ModbusTcpPersonality),
+        ],
+    )
+    def test_each_codec_gets_its_personality(self, codec: str, kind: type) -> None:
+        """make_personality picks the personality of the codec the name stands for."""
+        assert isinstance(make_personality(codec, 64), kind)
+
+    def test_an_rtu_slave_takes_broadcasts_and_a_tcp_one_does_not(self) -> None:
+        """modbus-rtu: unit 0 is the broadcast address; modbus-tcp: it is a unit."""
+        rtu = make_personality("modbus-rtu", 64)
+        tcp = make_personality("modbus-tcp", 64)
+        assert isinstance(rtu, ModbusRtuPersonality) and rtu.slave.broadcast
+        assert isinstance(tcp, ModbusTcpPersonality) and not tcp.slave.broadcast
+
+    def test_an_unknown_codec_is_a_value_error(self) -> None:
+        """An unknown codec name raises ValueError naming it."""
+        with pytest.raises(ValueError, match="smoke"):
+            make_personality("smoke", 64)
 
 
 class TestDevice:

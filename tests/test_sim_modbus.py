@@ -13,7 +13,7 @@ from pymodbus.client import ModbusSerialClient, ModbusTcpClient
 from pymodbus.exceptions import ModbusIOException
 
 from verld.codec.modbus import crc16, mbap_frame, rtu_frame
-from verld.sim.device import Device, Request, make_personality
+from verld.sim.device import Device, make_personality
 from verld.sim.faults import Counters, Faults
 from verld.sim.modbus import (
     ModbusRtuPersonality,
@@ -21,6 +21,7 @@ from verld.sim.modbus import (
     ModbusTcpPersonality,
     parse_units,
 )
+from verld.sim.personality import Request
 from verld.testing import SimProc
 
 

@@ -84,6 +84,7 @@ class TestModbusSoak:
 
     @pytest.mark.timeout(30)
     def test_too_many_clients_for_the_registers_is_refused(self) -> None:
+        """The Modbus soak refuses 97 clients (at most 96 fit the registers) with exit 2."""
         proc = soak("--codec", "modbus-rtu", "--clients", "97", timeout=20)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "at most 96 clients" in proc.stderr, proc.stderr

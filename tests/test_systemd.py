@@ -333,8 +333,8 @@ class TestModbusSocketUnits:
         assert (run.returncode, run.stdout + run.stderr) == (0, "")
 
     def test_socket_passes_a_loopback_fd_named_modbus_to_verld(self) -> None:
-        """verld-modbus.socket: fd name `modbus`, 127.0.0.1:502, verld.service, loopback
-        peers only."""
+        """verld-modbus.socket passes fd `modbus` (127.0.0.1:502, loopback only) to verld."""
+        # fd name `modbus`, 127.0.0.1:502, verld.service, loopback peers only.
         u = parse_unit(UNITS / "verld-modbus.socket")
         assert u["Socket.FileDescriptorName"] == ["modbus"]
         (listen,) = u["Socket.ListenStream"]
@@ -346,8 +346,8 @@ class TestModbusSocketUnits:
         assert u["Install.WantedBy"] == ["sockets.target"]
 
     def test_template_socket_follows_its_instance_on_another_port(self) -> None:
-        """verld-modbus@.socket: verld@%i.service, bound to the adapter, a loopback port
-        that is not 502 (verld-modbus.socket's)."""
+        """verld-modbus@.socket serves verld@%i.service on a loopback port other than 502."""
+        # 502 is verld-modbus.socket's.
         u = parse_unit(UNITS / "verld-modbus@.socket")
         assert u["Socket.FileDescriptorName"] == ["modbus"]
         assert u["Socket.Service"] == ["verld@%i.service"]
@@ -358,8 +358,8 @@ class TestModbusSocketUnits:
         assert u["Install.WantedBy"] == ["dev-verld-%i.device"]
 
     def test_services_stay_off_the_network(self) -> None:
-        """The services take the socket as it is: still PrivateNetwork, AF_UNIX only, no
-        capabilities, and no Sockets= (it would open port 502 on every start)."""
+        """The services take the socket as is: PrivateNetwork, AF_UNIX, no caps, no Sockets=."""
+        # Sockets= would open port 502 on every start.
         for name in ("verld.service", "verld@.service"):
             u = parse_unit(UNITS / name)
             assert u["Service.PrivateNetwork"] == ["yes"], name
@@ -369,8 +369,8 @@ class TestModbusSocketUnits:
             assert "Service.Sockets" not in u, name
 
     def test_exposure_unchanged_beside_the_sockets(self, units_with_modbus: Path) -> None:
-        """systemd-analyze security --offline=true: the services' scores stay at or below
-        test_units.TARGETS (0.6 and 0.5) with the Modbus sockets installed."""
+        """The services' security scores stay within target with the Modbus sockets installed."""
+        # systemd-analyze security --offline=true: at or below test_units.TARGETS (0.6 and 0.5).
         run = offline(
             ["systemd-analyze", "security", "--offline=true", *TARGETS], units_with_modbus
         )
@@ -469,8 +469,8 @@ def wait_link_up(api: Path) -> dict[str, Any]:
 
 class TestModbusActivation:
     def test_master_reads_through_the_activated_socket(self, tmp_path: Path) -> None:
-        """The Modbus master's connection starts verld; it reads holding registers 0..9 of
-        unit 1 (verld-sim: register i = i) and status.modbus.listen is that address."""
+        """A Modbus master's connection starts verld and reads unit 1's registers 0..9."""
+        # verld-sim: register i = i; status.modbus.listen is that address.
         port, api = free_port(), tmp_path / "activated.sock"
         v = activate_modbus(tmp_path, modbus_config(tmp_path), port, api)
         try:
@@ -515,8 +515,8 @@ class TestModbusActivation:
             assert v.stop() == 0, v.log()
 
     def test_modbus_fd_alone_beside_an_own_api_socket(self, tmp_path: Path) -> None:
-        """verld-modbus@.socket for verld@.service: only `modbus` is passed; verld binds
-        its API on --socket itself and serves Modbus on the passed socket."""
+        """Passed only `modbus`, verld binds its API on --socket and serves Modbus on the fd."""
+        # verld-modbus@.socket for verld@.service.
         port, own = free_port(), tmp_path / "instance.sock"
         config = modbus_config(tmp_path)
         v = activate_modbus(tmp_path, config, port, None, "--socket", str(own))
@@ -535,8 +535,8 @@ class TestModbusActivation:
         assert not own.exists()
 
     def test_modbus_fd_without_a_modbus_codec_is_refused(self, tmp_path: Path) -> None:
-        """A `modbus` fd while device.codec is verl: verld says why and exits 2, no
-        traceback (Restart=on-failure will not fix it: the config or the unit must)."""
+        """A `modbus` fd with device.codec verl makes verld say why and exit 2, no traceback."""
+        # Restart=on-failure will not fix it: the config or the unit must.
         port, api = free_port(), tmp_path / "activated.sock"
         v = activate_modbus(tmp_path, modbus_config(tmp_path, codec="verl"), port, api)
         try:
@@ -633,16 +633,17 @@ class TestPortsDropIn:
         assert score <= 0.8
 
     def test_base_unit_score_is_unchanged(self, ports_roots: dict[str, Path]) -> None:
-        """The unit alone still scores what its own header says (0.6, test_units.TARGETS),
-        and the drop-in's header quotes that same number for "without it"."""
+        """The unit alone scores what its header says and the drop-in quotes that same number."""
+        # 0.6, test_units.TARGETS; the drop-in's header quotes that same number for "without it".
         score = exposure(security(ports_roots["base"]))
         assert score == _header_score(UNITS / "verld.service")
         assert score <= TARGETS["verld.service"]
         assert f"({score} without it)" in PORTS_DROPIN.read_text()
 
     def test_only_chown_is_added_back(self, ports_roots: dict[str, Path]) -> None:
-        """The drop-in's SystemCallFilter=@chown, parsed after the unit's ~@privileged,
-        re-allows chown: the one new ✗ is ~@privileged, naming chown; nothing else moves."""
+        """The ports drop-in re-allows only chown: the one new ✗ is ~@privileged, naming chown."""
+        # The drop-in's SystemCallFilter=@chown, parsed after the unit's ~@privileged, re-allows
+        # chown; nothing else moves.
         base = failed_checks(security(ports_roots["base"]))
         ports = failed_checks(security(ports_roots["ports"]))
         assert set(ports) - set(base) == {"SystemCallFilter=~@privileged"}, ports
@@ -664,8 +665,8 @@ class TestPortsDropIn:
         assert (run.returncode, run.stdout + run.stderr) == (0, "")
 
     def test_dropin_sets_chown_and_the_link_directory_only(self) -> None:
-        """Three directives, each under its own comment: @chown back, /run/verld/ports at
-        0755; no device, network or identity setting."""
+        """The ports drop-in has three commented directives: @chown and /run/verld/ports at 0755."""
+        # Each under its own comment; no device, network or identity setting.
         assert parse_unit(PORTS_DROPIN) == {
             "Service.SystemCallFilter": ["@chown"],
             "Service.RuntimeDirectory": ["verld/ports"],
@@ -677,8 +678,8 @@ class TestPortsDropIn:
                 assert lines[i - 1].startswith("#"), f"no comment above {line!r}"
 
     def test_make_install_ships_it_as_documentation(self, tmp_path: Path) -> None:
-        """`make install`: the drop-in lands under share/doc/verld only; a drop-in in
-        lib/systemd/system would apply to every installation."""
+        """`make install` puts the ports drop-in under share/doc/verld only."""
+        # A drop-in in lib/systemd/system would apply to every installation.
         _require(shutil.which("make") is not None, "make not installed")
         make_install(tmp_path)
         prefix = tmp_path / "usr/local"
@@ -762,15 +763,15 @@ class TestMqttUnit:
         assert score <= MQTT_TARGET
 
     def test_what_remains_is_the_network_and_the_verld_group(self, tmp_path: Path) -> None:
-        """The ✗ checks are exactly the ones the header lists: no new one creeps in, and
-        the device ACL is only the read-only rtc that ProtectClock= admits."""
+        """The bridge's ✗ checks are the header's; its device ACL is only the read-only rtc."""
+        # No new one creeps in; the read-only rtc is what ProtectClock= admits.
         _, failed = _mqtt_security(_mqtt_root(tmp_path))
         assert set(failed) == MQTT_REMAINING, failed
         assert failed["DeviceAllow="].endswith("special devices: char-rtc:r 0.1")
 
     def test_broker_allow_list_dropin_scores_as_documented(self, tmp_path: Path) -> None:
-        """The docs' IPAddressAllow= drop-in, installed under /etc: the score falls, and
-        the section quotes both numbers."""
+        """The docs' IPAddressAllow= drop-in lowers the bridge's score to the documented number."""
+        # Installed under /etc: the score falls, and the section quotes both numbers.
         base, _ = _mqtt_security(_mqtt_root(tmp_path / "base"))
         dropin = _broker_dropin()
         assert "IPAddressDeny=any" in dropin
@@ -781,9 +782,10 @@ class TestMqttUnit:
         assert f"**{base}**" in section and f"**{pinned}**" in section
 
     def test_verify_is_clean(self, tmp_path: Path) -> None:
-        """systemd-analyze verify, the bridge beside verld.service and verld.socket: silent.
-        ExecStart= must exist: the venv's verld-mqtt when installed, else the interpreter
-        stands in (verify checks the unit, not the program)."""
+        """systemd-analyze verify is silent on the bridge beside verld.service and verld.socket."""
+        # ExecStart= must exist: the venv's verld-mqtt when installed, else the interpreter stands
+        # in
+        # (verify checks the unit, not the program).
         _require(shutil.which("systemd-analyze") is not None, "systemd-analyze not installed")
         verld = Path(sys.executable).with_name("verld")
         _require(os.access(verld, os.X_OK), f"no {verld} to stand in for /usr/bin/verld")
@@ -807,8 +809,10 @@ class TestMqttUnit:
         assert "Service.DeviceAllow" not in u
 
     def test_starts_after_verld_without_requiring_it(self) -> None:
-        """After=verld.service, and no Requires=/BindsTo=/Wants=/PartOf= on it: a verld
-        restart leaves the bridge running. The network is wanted and waited for."""
+        """The bridge starts after verld.service without requiring it and waits for the network."""
+        # After=verld.service, and no Requires=/BindsTo=/Wants=/PartOf= on it: a verld restart
+        # leaves
+        # the bridge running. The network is wanted and waited for.
         u = parse_unit(MQTT_UNIT)
         after = " ".join(u["Unit.After"]).split()
         assert "verld.service" in after and "network-online.target" in after
@@ -818,8 +822,10 @@ class TestMqttUnit:
             assert not any(n.startswith("verld") for n in named), (key, named)
 
     def test_restart_policy_spares_a_bad_config(self) -> None:
-        """Restart=on-failure every 5 s, but never after exit 2 (bad config); notify with
-        a 30 s watchdog from the main process only; no reload."""
+        """The bridge restarts on failure every 5 s but never after exit 2, with a 30 s watchdog."""
+        # Never after exit 2 (bad config); notify with a 30 s watchdog from the main process only;
+        # no
+        # reload.
         u = parse_unit(MQTT_UNIT)
         assert u["Service.RestartPreventExitStatus"] == ["2"]
         assert (u["Service.Restart"], u["Service.RestartSec"]) == (["on-failure"], ["5s"])
@@ -829,8 +835,10 @@ class TestMqttUnit:
         assert "Service.ExecReload" not in u
 
     def test_sandbox_is_verlds_with_the_network_opened(self) -> None:
-        """Its own user in group verld, nothing writable, no capabilities, verld's system
-        call filter; the network open (no PrivateNetwork=, no IP list) for IP only."""
+        """The bridge's sandbox is verld's with the network opened for IP only."""
+        # Its own user in group verld, nothing writable, no capabilities, verld's system call
+        # filter;
+        # the network open (no PrivateNetwork=, no IP list) for IP only.
         u = parse_unit(MQTT_UNIT)
         verld = parse_unit(UNITS / "verld.service")
         assert (u["Service.User"], u["Service.Group"]) == (["verld-mqtt"], ["verld-mqtt"])
@@ -854,8 +862,8 @@ class TestMqttUnit:
         assert u["Service.CapabilityBoundingSet"] == [""]
 
     def test_sysusers_makes_the_bridge_a_member_of_verld(self, tmp_path: Path) -> None:
-        """systemd-sysusers: a system user verld-mqtt with its own group, in group verld
-        (the sockets), not in dialout (no serial ports)."""
+        """sysusers makes system user verld-mqtt with its own group, in verld, not in dialout."""
+        # In group verld for the sockets; not in dialout (no serial ports).
         sysusers = shutil.which("systemd-sysusers")
         _require(sysusers is not None, "systemd-sysusers not installed")
         assert sysusers is not None
@@ -883,9 +891,9 @@ class TestMqttUnit:
     def test_make_install_ships_the_unit_and_the_config_enabling_nothing(
         self, tmp_path: Path
     ) -> None:
-        """`make install`: the unit with ExecStart= on $(PREFIX)/bin/verld-mqtt (nothing
-        else changed), configs/mqtt.yaml as /etc/verld/mqtt.yaml mode 0640, nothing
-        enabled."""
+        """`make install` ships the bridge unit and its config and enables nothing."""
+        # The unit with ExecStart= on $(PREFIX)/bin/verld-mqtt (nothing else changed),
+        # configs/mqtt.yaml as /etc/verld/mqtt.yaml mode 0640, nothing enabled.
         _require(shutil.which("make") is not None, "make not installed")
         make_install(tmp_path)
         unit = tmp_path / "usr/local/lib/systemd/system/verld-mqtt.service"
@@ -913,9 +921,9 @@ class TestMqttUnit:
         assert unit["Service.ExecStart"] == ["/usr/bin/verld-mqtt --config /etc/verld/mqtt.yaml"]
 
     def test_connect_works_on_a_read_only_mount(self, tmp_path: Path) -> None:
-        """What the unit's filesystem comment relies on: with its directory bind-mounted
-        read-only (as ProtectSystem=strict leaves /run/verld), creating a file fails with
-        EROFS but connect() to the Unix socket in it succeeds."""
+        """On a read-only bind mount a file cannot be made (EROFS) but a socket connects."""
+        # What the unit's filesystem comment relies on: the directory bind-mounted read-only (as
+        # ProtectSystem=strict leaves /run/verld); connect() to the Unix socket in it succeeds.
         _require(shutil.which("unshare") is not None, "unshare not installed (util-linux)")
         if os.geteuid() != 0:
             pytest.skip("needs root for a private read-only bind mount")
@@ -949,8 +957,9 @@ class TestMqttUnit:
         assert not (run_dir / "new").exists()
 
     def test_deploy_doc_states_score_enable_and_file_modes(self) -> None:
-        """docs/deploy.md's section: the header's score, how to enable it, where the
-        config goes with which mode and group, and the IPAddressAllow= drop-in."""
+        """docs/deploy.md's bridge section states its score, enabling, modes and the drop-in."""
+        # The header's score, how to enable it, where the config goes with which mode and group, and
+        # the IPAddressAllow= drop-in.
         section = _mqtt_section()
         assert f"**{_header_score(MQTT_UNIT)}**" in section
         assert "systemctl enable --now verld-mqtt.service" in section

@@ -83,8 +83,9 @@ class TestPoll:
         run_on_pty(body)
 
     def test_polled_data_arrives_once_and_the_empty_wakeup_is_no_hangup(self) -> None:
-        """Bytes read by poll() reach the handler once; the reader callback that the loop
-        already had queued then finds nothing, which is not a hang-up."""
+        """Bytes read by poll() reach the handler once; the empty queued wakeup is no hang-up."""
+        # The reader callback that the loop already had queued then finds nothing, which is not a
+        # hang-up.
 
         async def body(transport: FdTransport, handler: Recorder, master: int) -> None:
             os.write(master, b"\x00reply\x00")
@@ -127,8 +128,9 @@ class TestPoll:
 
 class TestOpen:
     def test_line_settings_the_tty_refuses_are_an_open_error(self) -> None:
-        """A pty takes even parity once, then tcsetattr fails (termios.error): that is
-        a failed open (retried with backoff), never a crash of the link task."""
+        """Line settings the tty refuses are a failed open, retried with backoff, not a crash."""
+        # A pty takes even parity once, then tcsetattr fails (termios.error): that is a failed open
+        # (retried with backoff), never a crash of the link task.
         from verld.errors import OpenError
         from verld.transport import _open_serial
 

@@ -36,19 +36,23 @@ def version_of(name: str) -> str:
 
 
 def test_version_is_semantic() -> None:
+    """verld.__version__ is a MAJOR.MINOR.PATCH version."""
     assert re.fullmatch(r"\d+\.\d+\.\d+", verld.__version__)
 
 
 def test_every_program_prints_the_same_version() -> None:
+    """Every program's --version prints its name and verld.__version__."""
     printed = {name: version_of(name) for name in PROGRAMS}
     assert printed == {name: f"{name} {verld.__version__}" for name in PROGRAMS}
 
 
 def test_package_metadata_is_verld_version() -> None:
+    """The installed package's metadata version is verld.__version__."""
     assert importlib.metadata.version("verld") == verld.__version__
 
 
 def test_pyproject_reads_the_version_from_the_package() -> None:
+    """pyproject.toml has no version of its own but reads it from verld.__version__."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     assert "version" not in project["project"]
     assert "version" in project["project"]["dynamic"]
@@ -73,6 +77,7 @@ def releases() -> list[tuple[str, str | None]]:
 
 
 def test_changelog_is_keep_a_changelog() -> None:
+    """CHANGELOG.md follows Keep a Changelog: Unreleased first, dated releases newest first."""
     text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
     assert text.startswith("# Changelog\n")
     assert "https://keepachangelog.com/en/1.1.0/" in text
@@ -89,6 +94,7 @@ def test_changelog_is_keep_a_changelog() -> None:
 
 
 def test_newest_release_is_the_package_version() -> None:
+    """The newest release in CHANGELOG.md is verld.__version__."""
     released = [v for v, _ in releases() if v != "Unreleased"]
     if not released:
         pytest.fail("CHANGELOG.md has no released version")

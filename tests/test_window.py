@@ -324,8 +324,10 @@ class TestModel:
     @settings(max_examples=300, deadline=None)
     @given(ops, st.booleans())
     def test_window_matches_a_model(self, script: list[tuple[str, float]], wrap: bool) -> None:
-        """Any add/match/remove/retry/drain run: seqs unique and as the allocator says,
-        len() right, and an unknown seq matches None without changing anything."""
+        """Any add/match/remove/retry/drain run keeps seqs unique and len() right."""
+        # Seqs unique and as the allocator says, len() right, and an unknown seq matches None
+        # without
+        # changing anything.
         w = near_wrap() if wrap else Window(16)
         model: dict[int, Call] = {c.seq: c for c in w}
         next_seq = 65534 if wrap else 0

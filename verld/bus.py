@@ -83,8 +83,8 @@ class Unit:
 class Bus:
     """The units on one Modbus link."""
 
-    def __init__(self, cfg: Config) -> None:
-        self.rtu = cfg.device.codec == "modbus-rtu"
+    def __init__(self, cfg: Config, *, rtu: bool) -> None:
+        self.rtu = rtu
         self.units: dict[int, Unit] = {}
         self.configure(cfg)
 

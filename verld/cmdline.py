@@ -35,7 +35,8 @@ from typing import Any
 import structlog
 
 from verld import __version__
-from verld.config import MODBUS_CODECS, Config, DeviceConfig
+from verld.codec.registry import spec
+from verld.config import Config, DeviceConfig
 from verld.config.load import parse_with, read_text
 from verld.config.model import MODBUS_DEVICE_DEFAULTS
 from verld.config.schema import cross_check, root_config
@@ -243,7 +244,7 @@ def with_options(config: Config, options: Options, file_keys: set[str]) -> Confi
         plain = DeviceConfig()
         for key, modbus in MODBUS_DEVICE_DEFAULTS.items():
             if key not in file_keys:
-                device[key] = modbus if options.codec in MODBUS_CODECS else getattr(plain, key)
+                device[key] = modbus if spec(options.codec).bus else getattr(plain, key)
     api = config.api if options.socket is None else replace(config.api, socket=options.socket)
     return replace(config, device=replace(config.device, **device), api=api)
 
@@ -324,9 +325,9 @@ def announce(start: Start, fmt: str, env: Mapping[str, str] = os.environ) -> Non
 
 
 def _sim_example(codec: str) -> str:
-    if codec == "line":
+    if spec(codec).text:
         return "--text PING"
-    if codec in MODBUS_CODECS:
+    if spec(codec).bus:
         return "--hex 010300000002"  # unit 1 reads holding registers 0 and 1
     return "--hex 01aabb"  # 0x01: echo
 

@@ -61,6 +61,10 @@ class ApiError(RemoteProtocolError):
         self.req_id = req_id
 
 
+class Malformed(RemoteProtocolError, ValueError):
+    """A peer's byte stream is not its protocol (an impossible MBAP header): close it."""
+
+
 class LinkError(VerldError):
     """The link to the device cannot be used."""
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from verld.config import Config
 from verld.errors import LocalProtocolError
@@ -58,6 +59,7 @@ _ALLOWED: dict[str, frozenset[LinkState]] = {
     "opened": frozenset({LinkState.CONNECTING}),
     "lost": frozenset({LinkState.CONNECTING, LinkState.UP}),
     "close": frozenset({LinkState.DOWN, LinkState.CONNECTING, LinkState.UP, LinkState.INHIBITED}),
+    "release": frozenset({LinkState.INHIBITED}),
 }
 
 
@@ -97,6 +99,10 @@ class Link:
         self.attempts = 0
         #: while not None: input is discarded until the line is quiet up to this time
         self.guard_until: float | None = None
+        #: while set (an inhibit asked for): why calls are refused busy; nothing goes out
+        self.inhibited_by: str | None = None
+        #: verld is stopping: calls are refused, the link is not reopened
+        self.closing = False
 
     @classmethod
     def from_config(cls, cfg: Config, rng: random.Random | None = None) -> Link:
@@ -151,22 +157,43 @@ class Link:
         self._delay = min(self._delay * 2, self.maximum)
         return self._enter(LinkState.DOWN, reason, now)
 
+    def begin_inhibit(self, reason: str) -> None:
+        """Another program asked for the port: from now on calls are refused `busy`
+        with `reason` (or wait) and nothing more goes out; `inhibit` follows once the
+        port is let go of."""
+        self.inhibited_by = reason
+
     def inhibit(self, now: float, reason: str) -> Transition:
         """The port was let go of for another program (closed); no attempts until
         `release`. The next `attempt` (at once) opens a new link session."""
         self._check("inhibit")
         return self._enter(LinkState.INHIBITED, reason, now)
 
-    def release(self) -> None:
-        """The inhibition ended: the next attempt is due at once, with a fresh backoff."""
+    def end_inhibit(self) -> bool:
+        """The inhibition ends; True when the port had been let go of (it reopens at
+        once, with a fresh backoff), False when it was still held (nothing changed)."""
+        self.inhibited_by = None
+        if self.state is not LinkState.INHIBITED:
+            return False
+        self._check("release")
         self.next_attempt = 0.0
         self._delay = self.initial
         self.reason = "inhibit ended"
+        return True
+
+    def begin_close(self) -> None:
+        """verld is stopping: calls are refused from now on; `close` follows."""
+        self.closing = True
 
     def close(self, now: float) -> Transition:
         """Shut down for good."""
         self._check("close")
+        self.closing = True
         return self._enter(LinkState.CLOSED, "shutting down", now)
+
+    def retry_now(self) -> None:
+        """A reconnect was asked for while down: the next attempt is due at once."""
+        self.next_attempt = 0.0
 
     def retry_in(self, now: float) -> float:
         """Seconds until the next open attempt (0 when due)."""
@@ -254,6 +281,20 @@ class Link:
             return False
         self.guard_until = None
         return True
+
+    def status(self, port: str, codec: str, since_wall: float) -> dict[str, Any]:
+        """The `status.link` object (`since_wall`: when it entered this state, in
+        wall-clock time)."""
+        return {
+            "state": self.state.value,
+            "reason": self.reason,
+            "generation": self.generation,
+            "port": port,
+            "codec": codec,
+            "since": round(since_wall, 3),
+            "attempts": self.attempts,
+            "modem": None,  # (rfc2217:// links only)
+        }
 
     def ping_due_at(self) -> float | None:
         """When an idle link should be pinged next (None: heartbeat off or not up).

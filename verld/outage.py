@@ -15,7 +15,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import structlog
+
 from verld.link import LinkState, Transition
+
+log = structlog.get_logger("verld.session")
 
 #: seconds between WARNINGs while an outage goes on with the same reason
 REMIND = 60.0
@@ -63,3 +67,26 @@ class Outage:
             self._warned = now
             return Told(event=False, level="warning", remind=True)
         return Told(event=False, level="debug")
+
+
+def log_transition(
+    t: Transition,
+    *,
+    port: str,
+    retry_in: float,
+    level: str,
+    attempts: int = 0,
+    remind: bool = False,
+) -> None:
+    """Lifecycle at INFO (up) and WARNING (down, when `level` says so: an outage is told
+    once, then reminded with the attempt count); the rest at DEBUG."""
+    if t.state is LinkState.UP:
+        log.info("link_up", link_state="up", port=port, generation=t.generation)
+    elif t.state is LinkState.DOWN:
+        line = log.warning if level == "warning" else log.debug
+        event = "link_still_down" if remind else "link_down"
+        line(event, link_state="down", port=port, reason=t.reason, generation=t.generation,
+             attempts=attempts, retry_in=round(retry_in, 3))  # fmt: skip
+    else:
+        log.debug("link_" + t.state.value, link_state=t.state.value, port=port,
+                  generation=t.generation)  # fmt: skip

@@ -1,4 +1,4 @@
-"""What the session counts, and the session's part of the `status` reply.
+"""What the session counts, and those figures' part of the `status` reply.
 
 Plain attributes on slotted objects: an increment on the per-call path costs one
 attribute store. The session owns one `Stats`; fronts read it through `status`.
@@ -6,18 +6,10 @@ attribute store. The session owns one `Stats`; fronts read it through `status`.
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import structlog
-
-from verld.link import Link, LinkState, Transition
-
-if TYPE_CHECKING:
-    from verld.session import Session
+from verld.link import Link, LinkState
 from verld.metrics import Histogram
-
-log = structlog.get_logger("verld.session")
 
 
 class Counters:
@@ -78,75 +70,35 @@ class Stats:
         self.bytes_prev = (tx + bytes_tx, rx + bytes_rx)
 
     def status(
-        self, link: Link, *, now: float, live: tuple[int, int], bad_frames: int
+        self,
+        link_part: dict[str, Any],
+        link: Link,
+        *,
+        now: float,
+        live: tuple[int, int],
+        bad_frames: int,
+        queue: int,
+        inflight: int,
+        extra: dict[str, Any],
     ) -> dict[str, Any]:
-        """The counters, latency and link figures of the `status` reply."""
+        """The session's part of the `status` reply: `link_part` (`Link.status`), the
+        counters (`live`: the open transport's bytes), latency, queue and in flight,
+        then `extra` (the line discipline's: Modbus units)."""
         c: dict[str, Any] = self.counters.as_dict()
         c["bad_frames"] = bad_frames
         c["reconnects"] = link.reconnects
         tx, rx = self.bytes_prev
         c["bytes_tx"], c["bytes_rx"] = tx + live[0], rx + live[1]
         up = link.state is LinkState.UP
-        return {
+        return {  # the order the reply has always had
+            "link": link_part,
             "counters": c,
             "latency_ms": self.latency.summary_ms(),
+            "queue": queue,
+            "inflight": inflight,
             "errors": dict(self.errors),
             "desyncs": self.desyncs,
             "early_events": self.early_events,
             "link_up_seconds": round(now - link.since, 3) if up else 0.0,
+            **extra,
         }
-
-
-def link_status(link: Link, port: str, codec: str, now: float, started: float) -> Any:
-    """The `status.link` object; `since` in wall-clock time."""
-    wall = time.time() - (now - link.since) if link.since else started
-    return {
-        "state": link.state.value,
-        "reason": link.reason,
-        "generation": link.generation,
-        "port": port,
-        "codec": codec,
-        "since": round(wall, 3),
-        "attempts": link.attempts,
-        "modem": None,  # (rfc2217:// links only)
-    }
-
-
-def log_transition(
-    t: Transition,
-    *,
-    port: str,
-    retry_in: float,
-    level: str,
-    attempts: int = 0,
-    remind: bool = False,
-) -> None:
-    """Lifecycle at INFO (up) and WARNING (down, when `level` says so: an outage is told
-    once, then reminded with the attempt count); the rest at DEBUG."""
-    if t.state is LinkState.UP:
-        log.info("link_up", link_state="up", port=port, generation=t.generation)
-    elif t.state is LinkState.DOWN:
-        line = log.warning if level == "warning" else log.debug
-        event = "link_still_down" if remind else "link_down"
-        line(event, link_state="down", port=port, reason=t.reason, generation=t.generation,
-             attempts=attempts, retry_in=round(retry_in, 3))  # fmt: skip
-    else:
-        log.debug("link_" + t.state.value, link_state=t.state.value, port=port,
-                  generation=t.generation)  # fmt: skip
-
-
-def session_status(session: Session) -> dict[str, Any]:
-    """The `status` reply's session part: link, counters, latency, queue."""
-    now, link, t = session.clock.time(), session.link, session.attached
-    live = (0, 0) if t is None else (t.bytes_tx, t.bytes_rx)
-    figures = session.stats.status(link, now=now, live=live, bad_frames=session.codec.bad_frames)
-    codec = session.cfg.device.codec
-    return {  # the order the reply has always had
-        "link": link_status(link, session.port, codec, now, session.started),
-        "counters": figures.pop("counters"),
-        "latency_ms": figures.pop("latency_ms"),
-        "queue": len(session.queue),
-        "inflight": len(session.window),
-        **figures,
-        **({} if session.bus is None else {"units": session.bus.status()}),
-    }

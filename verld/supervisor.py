@@ -1,11 +1,16 @@
-"""The connect loop: open the link, handshake, serve until lost, back off, repeat.
+"""The link's life: open, handshake, serve until lost, back off, repeat.
 
-Strategy: the supervisor is the session's only asyncio task. It asks the link state
-machine when the next attempt is due (`Link.retry_in`), opens the transport with
-`open_link` (a parameter, so tests hand it a fake device), attaches it to the
-session and waits for the handshake's answer; then it sleeps until the session says
-the link was lost (`Session.on_lost`) or someone asks for a reconnect. Stopping
-(`close`) lets in-flight calls finish for up to `api.drain` seconds.
+Strategy: the supervisor owns the link's life and is the session's only asyncio
+task. It asks the link state machine when the next attempt is due
+(`Link.retry_in`), opens the transport with `open_link` (a parameter, so tests
+hand it a fake device), attaches it to the session and pings for the handshake;
+then it sleeps until the link is lost or someone asks for a reconnect. Every loss
+(hang-up, EIO, dead heartbeat, desync, a failed handshake, a reconnect asked for)
+comes through `lose`, and every transition is announced here, an outage once
+(`outage.Outage`). The steps that need no waiting (`attempt`, `opened`, `lose`,
+`came_up`) are plain methods on the session's clock, so a test drives them with a
+manual clock (`verld.testing.session`). Stopping (`close`) lets in-flight calls
+finish for up to `api.drain` seconds.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from collections.abc import Awaitable, Callable
 from verld.calls import CallResult
 from verld.config import DeviceConfig
 from verld.errors import ErrorCode, OpenError
-from verld.link import LinkState
+from verld.link import LinkState, Transition
+from verld.outage import Outage, log_transition
 from verld.session import Session
 from verld.transport import LinkHandler, LinkTransport, open_link
 
 Opener = Callable[[DeviceConfig, str, LinkHandler, float], Awaitable[LinkTransport]]
+Answered = Callable[[CallResult], None]
 
 
 def _heard(nbytes: int, bad_frames: int) -> str:
@@ -38,84 +45,135 @@ class Supervisor:
     def __init__(self, session: Session, opener: Opener = open_link) -> None:
         self.session = session
         self._open = opener
+        self._outage = Outage()
         self._wake: asyncio.Future[None] | None = None
         self._opening = False  #: an open is under way (a TCP connect may take a while)
-        session.on_lost = self._wakeup
+        session.on_lost = self.lose
 
     async def run(self) -> None:
         """Until `close`: connect whenever the link is down and an attempt is due."""
-        s, loop = self.session, asyncio.get_running_loop()
-        while not s.closing:
-            if s.inhibited_by is not None:
+        link, loop = self.session.link, asyncio.get_running_loop()
+        while not link.closing:
+            if link.inhibited_by is not None:
                 await self._sleep(None)  # the port belongs to another program: hands off
                 continue
-            delay = s.link.retry_in(loop.time())
+            delay = link.retry_in(loop.time())
             if delay > 0:
                 await self._sleep(delay)
                 continue  # re-check: closing or a reconnect request may have come meanwhile
-            s.announce(s.link.attempt(loop.time()))
+            self.attempt()
             if await self._connect():
                 await self._sleep(None)
 
+    # --- the steps of one attempt (no waiting in them) ----------------------------------
+    def attempt(self) -> None:
+        """An open attempt starts."""
+        s = self.session
+        self.announce(s.link.attempt(s.clock.time()))
+
+    def opened(self, transport: LinkTransport, answered: Answered) -> None:
+        """The port opened: attach it and ping for the handshake; `answered` gets the
+        ping's result (at once, ok, when the codec has no ping)."""
+        s = self.session
+        s.attach(transport)
+
+        def handshake(result: CallResult) -> None:
+            # Up at once, inside the reply's handling: an event right behind the reply
+            # (same read) then already belongs to the new generation.
+            if s.line.proves_alive(result) and s.link.state is LinkState.CONNECTING:
+                self.came_up()
+            answered(result)
+
+        if s.ping_payload is None:
+            handshake(CallResult(None, "ok", 0, b"", None, 0.0, s.link.generation))
+            return
+        s.send([s.timers.ping(handshake)])
+
+    def came_up(self) -> None:
+        """The handshake was answered (or there is none): a new link session."""
+        s = self.session
+        self.announce(s.link.opened(s.clock.time()))
+        s.resume()
+
+    def handshaken(self, transport: LinkTransport, result: CallResult, heard: str) -> bool:
+        """The handshake's result: True when the link is up (else it was lost)."""
+        s = self.session
+        if s.attached is not transport:
+            return False  # lost during the handshake; that was announced
+        if not s.line.proves_alive(result):
+            heard = heard if result.error == ErrorCode.TIMEOUT else ""
+            self.lose(f"handshake failed: {result.message}{heard}")
+            return False
+        return True
+
+    def lose(self, reason: str) -> None:
+        """The link is gone (hang-up, EIO, dead heartbeat, desync...) or to be dropped
+        (a reconnect, a failed handshake): one path for every cause."""
+        s = self.session
+        link = s.link
+        if link.state not in (LinkState.UP, LinkState.CONNECTING):
+            return
+        s.detach()
+        transition = link.lost(s.clock.time(), reason)
+        for call in s.take_inflight():
+            s.finish(call, ErrorCode.LINK_DOWN, f"link lost: {reason}")
+        s.timers.fail_queued(ErrorCode.LINK_DOWN, f"link lost: {reason}", everyone=False)
+        self.announce(transition)
+        self._wakeup()
+
+    def announce(self, transition: Transition) -> None:
+        """Log a transition and tell the link listener (an outage once: `outage.Outage`)."""
+        s = self.session
+        now, link = s.clock.time(), s.link
+        told = self._outage.tell(transition, now)
+        log_transition(transition, port=s.port, retry_in=link.retry_in(now), level=told.level,
+                       attempts=link.attempts, remind=told.remind)  # fmt: skip
+        if told.event:
+            s.on_link(transition)
+
+    # --- one attempt, waited for ---------------------------------------------------------
     async def _connect(self) -> bool:
         s, loop = self.session, asyncio.get_running_loop()
         self._opening = True
         try:
             transport = await self._open(s.cfg.device, s.port, s, s.cfg.device.timeout)
         except OpenError as exc:
-            s.announce(s.link.lost(loop.time(), f"open failed: {exc}"))
+            self.announce(s.link.lost(loop.time(), f"open failed: {exc}"))
             return False
         finally:
             self._opening = False
-        if s.closing or s.inhibited_by is not None:
+        if s.link.closing or s.link.inhibited_by is not None:
             transport.close()  # (inhibit() waits for this open, then says `inhibited`)
             return False
-        s.attach(transport)
         rx, bad = transport.bytes_rx, s.codec.bad_frames
-        result = await self._handshake()
-        if s.attached is not transport:
-            return False  # lost during the handshake; the session announced it
-        if not s.proves_alive(result):
-            timed_out = result.error == ErrorCode.TIMEOUT
-            heard = _heard(transport.bytes_rx - rx, s.codec.bad_frames - bad) if timed_out else ""
-            s.lose(f"handshake failed: {result.message}{heard}")
-            return False
-        return True
-
-    async def _handshake(self) -> CallResult:
-        """Ping the device; up at once when it answers (or when there is no ping)."""
-        s = self.session
-        answer: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[CallResult] = loop.create_future()
 
         def answered(result: CallResult) -> None:
-            # Up at once, inside the reply's handling: an event right behind the reply
-            # (same read) then already belongs to the new generation.
-            if s.proves_alive(result) and s.link.state is LinkState.CONNECTING:
-                s.came_up()
             if not answer.done():
                 answer.set_result(result)
 
-        if s.ping_payload is None:
-            s.came_up()
-            return CallResult(None, "ok", 0, b"", None, 0.0, s.link.generation)
-        s.send([s.timers.ping(answered)])
-        return await answer
+        self.opened(transport, answered)
+        result = await answer
+        return self.handshaken(
+            transport, result, _heard(transport.bytes_rx - rx, s.codec.bad_frames - bad)
+        )
 
     def request_reconnect(self, reason: str = "reconnect requested") -> None:
         """Drop the link now and reopen it (the admin `reconnect` op, a reload)."""
         s = self.session
         if s.link.state in (LinkState.UP, LinkState.CONNECTING) and s.attached is not None:
-            s.lose(reason)
+            self.lose(reason)
         elif s.link.state is LinkState.DOWN:
-            s.link.next_attempt = 0.0
+            s.link.retry_now()
             self._wakeup()
 
+    # --- inhibit: the port handed to another program ------------------------------------
     def inhibit(self, reason: str) -> None:
         """Start letting go of the port for another program ("inhibited by pid N"):
         from now on new calls are refused `busy` with `reason` (or wait), queued ones
         fail so, and nothing more goes out. `let_go` finishes the job."""
         s = self.session
-        s.inhibited_by = reason
+        s.link.begin_inhibit(reason)
         s.timers.fail_queued(ErrorCode.BUSY, reason, everyone=False)
 
     async def let_go(self, reason: str) -> None:
@@ -123,26 +181,25 @@ class Supervisor:
         then the port is closed and the link `inhibited` until `release`."""
         s, loop = self.session, asyncio.get_running_loop()
         await self._settle(loop.time() + s.cfg.device.timeout)
-        if s.inhibited_by != reason or s.closing:
+        if s.link.inhibited_by != reason or s.link.closing:
             return  # released (its holder went away) or stopping meanwhile: hands off
         for call in s.take_inflight():
             s.finish(call, ErrorCode.LINK_DOWN, f"link {reason}")
-        s.drop_transport()
-        s.announce(s.link.inhibit(loop.time(), reason))
+        s.detach()
+        self.announce(s.link.inhibit(loop.time(), reason))
         self._wakeup()
 
     def release(self) -> None:
         """End an inhibition: the port is reopened (flush, handshake) at once."""
         s = self.session
-        if s.inhibited_by is None:
+        if s.link.inhibited_by is None:
             return
-        s.inhibited_by = None
-        if s.link.state is LinkState.INHIBITED:
-            s.link.release()
+        if s.link.end_inhibit():
             self._wakeup()
         else:  # released before the port was let go of: the link is as it was
             s.pump()
 
+    # --- stopping ----------------------------------------------------------------------
     async def _settle(self, deadline: float) -> None:
         """Until no client call is on the link and no open is under way, or `deadline`."""
         loop = asyncio.get_running_loop()
@@ -153,14 +210,14 @@ class Supervisor:
     async def close(self, drain: float) -> None:
         """Stop: fail queued calls, let in-flight ones finish for up to `drain` s."""
         s, loop = self.session, asyncio.get_running_loop()
-        s.closing = True
+        s.link.begin_close()
         s.timers.fail_queued(ErrorCode.SHUTTING_DOWN, "verld is shutting down", everyone=True)
         await self._settle(loop.time() + drain)
         for call in s.take_inflight():
             s.finish(call, ErrorCode.SHUTTING_DOWN, "verld is shutting down")
-        s.drop_transport()
+        s.detach()
         if s.link.state is not LinkState.CLOSED:
-            s.announce(s.link.close(loop.time()))
+            self.announce(s.link.close(loop.time()))
         self._wakeup()
 
     def _wakeup(self) -> None:

@@ -12,30 +12,66 @@ wait timers of calls that asked to wait) and acts when one rings:
   and a **probe** ping goes ahead of the queue after a call whose tries all ran out
   or a ping that did: only unanswered pings count toward `heartbeat.misses`;
 - a **waiting call** (`wait: true`) fails after its timeout if it is still queued.
-It acts only through the session's public surface (`finish`, `resend`, `send`,
-`pump`, `lose`) and reads the session's link, window and queue.
+What a timeout calls for is decided by the link state machine (`Link.timed_out`
+returns an `AfterTimeout` and whether a probe ping follows); what differs on a
+line whose units take turns (Modbus: a retry queues again, a call's silence is
+its unit's and proves nothing about the line, a heartbeat ping takes a turn) is
+the session's line discipline's (`discipline.Plain.turns` and its hooks), never
+a codec's name. The session is seen through `Host`, which lists all it reads and
+the only methods it calls (`finish`, `resend`, `send`, `pump`, `lose`); the calls
+it takes off the window or the queue are its own timers' calls.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from verld.alarm import Alarm
-from verld.calls import Call, CallResult
+from verld.alarm import Alarm, Clock
+from verld.calls import Call, CallResult, FairQueue
+from verld.codec.base import LinkCodec
+from verld.config import Config
+from verld.discipline import Plain
 from verld.errors import ErrorCode
-from verld.link import AfterTimeout, LinkState
-from verld.window import EPSILON
+from verld.link import AfterTimeout, Link, LinkState
+from verld.stats import Counters
+from verld.transport import LinkTransport
+from verld.window import EPSILON, Window
 
-if TYPE_CHECKING:
-    from verld.session import Session
+
+class Host(Protocol):
+    """What the timekeeper reads of the session, and the only ways it acts on it."""
+
+    cfg: Config
+    codec: LinkCodec
+    clock: Clock
+    link: Link
+    line: Plain
+    window: Window
+    queue: FairQueue
+    counters: Counters
+    ping_payload: bytes | None
+    precise: Callable[[], float]
+
+    @property
+    def attached(self) -> LinkTransport | None: ...
+
+    def finish(self, call: Call, error: str | None, message: str, status: int | None = None,
+               data: bytes = b"", text: str | None = None) -> None: ...  # fmt: skip
+
+    def pump(self) -> None: ...
+
+    def send(self, calls: list[Call]) -> None: ...
+
+    def resend(self, call: Call) -> None: ...
+
+    def lose(self, reason: str) -> None: ...
 
 
 class Timekeeper:
     """The timers of one session."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Host) -> None:
         self.s = session
         clock = session.clock
         self.clock = clock
@@ -43,8 +79,6 @@ class Timekeeper:
         self.sweep = Alarm(clock, self._swept)
         self._beat = Alarm(clock, self._heartbeat)
         self._guard = Alarm(clock, self._guard_over)
-        #: modbus-rtu: rings once the line has been silent for 3.5 characters
-        self.quiet = Alarm(clock, self._quiet)
         self._held: Call | None = None  #: a retry waiting for the guard to end
         self._pinging = False  #: a heartbeat ping is queued or on the link
 
@@ -52,7 +86,6 @@ class Timekeeper:
         """The link went away: no heartbeat, no guard (deadlines end with their calls)."""
         self._beat.cancel()
         self._guard.cancel()
-        self.quiet.cancel()
 
     @property
     def holding(self) -> bool:
@@ -78,19 +111,19 @@ class Timekeeper:
     def _timed_out(self, call: Call) -> None:
         """A try's deadline passed: fail or retry it as the link's policy says."""
         s = self.s
+        line = s.line
         s.window.remove(call)
-        bus = s.bus
-        if bus is not None and bus.is_broadcast(call) and not call.is_ping:
+        if line.unanswerable(call):  # (a Modbus broadcast)
             s.finish(call, None, "broadcast sent (no answer expected)", 0)
             s.pump()
             return
         s.counters.timeouts += 1
-        if bus is not None and not call.is_ping:
-            bus.try_timed_out(call)
-            s.queue.cut_turn(call.unit)
+        if not call.is_ping:
+            line.try_timed_out(call, s.queue)
         retry = call.tries <= call.retry and not call.is_ping
-        # Modbus: a call's timeout is its unit's silence, not the port's: it never
-        # counts, and no probe follows it (the heartbeat pings take their unit's turn).
+        # Units taking turns: a call's timeout is its unit's silence, not the line's:
+        # it never counts, and no probe follows it (the heartbeat pings take turns).
+        turns = line.turns
         # Without seqs a client's call, done, keeps the line quiet until the device's own
         # time to answer (device.timeout) has passed, however short the call's timeout:
         # the next call may be another client's. (Its own retry is the same request, so
@@ -99,8 +132,8 @@ class Timekeeper:
         hold = 0.0 if call.is_ping or retry else sent + s.cfg.device.timeout
         after, probe = s.link.timed_out(
             self.clock.time(), seqs=s.codec.pipelined, ping=call.is_ping,
-            spent=not retry and not call.is_ping and bus is None,
-            probes=bus is None and self.probes(),
+            spent=not retry and not call.is_ping and not turns,
+            probes=not turns and self.probes(),
             hold_until=hold)  # fmt: skip
         if not retry or after is AfterTimeout.FAIL or after is AfterTimeout.DEAD:
             tries = f" ({call.tries} tries)" if call.tries > 1 else ""
@@ -112,18 +145,18 @@ class Timekeeper:
             return
         if probe:
             self.probe()
-        if retry and bus is not None:
+        if retry and turns:
             # to the back of its unit's turn: other units' calls go first
             s.counters.retries += 1
             s.queue.push(call, front=True)
         elif after is AfterTimeout.RESEND and retry:
             s.resend(call)
         if after is AfterTimeout.GUARD:
-            self._held = call if retry and bus is None else None
+            self._held = call if retry and not turns else None
             self._guard.set(s.link.guard_until or 0.0)
         if call.is_ping and not probe:
             self.arm_heartbeat()
-        if not retry or bus is not None:
+        if not retry or turns:
             s.pump()
 
     def probes(self) -> bool:
@@ -165,18 +198,6 @@ class Timekeeper:
             s.pump()
         self.arm_heartbeat()
 
-    def _quiet(self) -> None:
-        """modbus-rtu: the line has been silent for 3.5 characters (unless bytes came
-        since): a reply of unknown length ends, and the next request may go."""
-        s = self.s
-        left = s.quiet_until - s.precise()
-        if left > EPSILON:  # bytes came since (or the alarm rang early)
-            self.quiet.set(s.quiet_until)
-            return
-        if s.rtu_codec is not None and s.rtu_codec.partial:
-            s.line_quiet()
-        s.pump()
-
     # --- calls waiting for the link or a lease ---------------------------------------------
     def wait(self, call: Call) -> None:
         """A queued call that asked to wait: it fails after its timeout if still queued."""
@@ -187,8 +208,8 @@ class Timekeeper:
         if not call.queued:
             return
         s.queue.remove(call)
-        if s.inhibited_by is not None:
-            s.finish(call, ErrorCode.BUSY, f"{s.inhibited_by} for {call.timeout:g} s")
+        if s.link.inhibited_by is not None:
+            s.finish(call, ErrorCode.BUSY, f"{s.link.inhibited_by} for {call.timeout:g} s")
         elif s.link.state is LinkState.UP and s.queue.exclusive is not None:
             s.finish(call, ErrorCode.BUSY, f"the device stayed leased for {call.timeout:g} s")
         else:
@@ -216,20 +237,20 @@ class Timekeeper:
     def _heartbeat(self) -> None:
         s = self.s
         due = s.link.ping_due_at()
-        if (due is None or s.attached is None or s.ping_payload is None or s.inhibited_by
-                or self._pinging):  # fmt: skip
+        if (due is None or s.attached is None or s.ping_payload is None
+                or s.link.inhibited_by or self._pinging):  # fmt: skip
             return  # (a ping on its way re-arms the heartbeat when it ends)
         now = self.clock.time()
         if now < due - 0.001:
             self._beat.set(due)
-        elif s.bus is not None and (s.window or s.queue.ready() or s.link.guard_until):
-            # Modbus: no reply for a heartbeat interval, yet calls go out (to silent
-            # units?): only a ping can tell a dead port. It takes its unit's turn on
-            # the bus like a call (so a silent heartbeat unit cannot hold the others'
+        elif s.line.turns and (s.window or s.queue.ready() or s.link.guard_until):
+            # Units taking turns: no reply for a heartbeat interval, yet calls go out
+            # (to silent units?): only a ping can tell a dead port. It takes its unit's
+            # turn like a call (so a silent heartbeat unit cannot hold the others'
             # calls back: their replies prove the port, and reset the misses); its end
             # re-arms the heartbeat.
             ping = self.ping(self._pinged)
-            ping.unit = ping.payload[0]
+            s.line.ping_turn(ping)
             self._pinging = True
             s.queue.push(ping)
             s.pump()
@@ -248,5 +269,5 @@ class Timekeeper:
         s = self.s
         timeout = s.cfg.heartbeat.timeout
         ping = Call(None, s.ping_payload or b"", done, timeout=timeout, retry=0, is_ping=True)
-        ping.t_submit = time.perf_counter()
+        ping.t_submit = s.precise()
         return ping

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fuzz target: the ports' device-side decoders (`verld.fronts.ports.framing`).
+"""Fuzz target: the ports' device-side decoders (each codec's `PortFraming`, `verld.codec`).
 
 A program writes requests into a virtual port; `PortFraming.feed` decodes them
 as the device would. The first control byte picks the codec (verl, length,
@@ -56,31 +56,24 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import _harness
 
 from verld.codec import cobs
-from verld.codec.base import Inbound, Kind
-from verld.codec.length import LengthCodec
+from verld.codec.base import Inbound, Kind, PortFraming, PortRequest
+from verld.codec.length import LengthCodec, LengthPortFraming
 from verld.codec.length import encode as length_encode
-from verld.codec.line import LineCodec
+from verld.codec.line import LineCodec, LinePortFraming
 from verld.codec.modbus import (
     MAX_PDU,
     MAX_RTU_FRAME,
     MAX_RTU_UNIT,
     ModbusRtuCodec,
+    ModbusRtuPortFraming,
     ModbusTcpCodec,
+    ModbusTcpPortFraming,
     check_request,
     mbap_frame,
     response_shape,
     rtu_frame,
 )
-from verld.codec.verl import VerlCodec, encode_frame
-from verld.fronts.ports.framing import (
-    LengthPortFraming,
-    LinePortFraming,
-    ModbusRtuPortFraming,
-    ModbusTcpPortFraming,
-    PortFraming,
-    PortRequest,
-    VerlPortFraming,
-)
+from verld.codec.verl import VerlCodec, VerlPortFraming, encode_frame
 
 MAX = 32  #: max_payload: small, so overlong frames, lines and lengths are reachable
 #: the link fuzzer's five, a blank line (its last byte occurs earlier in it) and a
@@ -153,9 +146,9 @@ class VerlCase(Case[VerlPortFraming]):
         assert len(request.payload) <= MAX, request
 
     def buffered(self, framing: VerlPortFraming) -> int:
-        tail = len(framing._device._decoder._tail)
+        tail = len(framing._requests._frames._tail)
         assert tail == framing._run <= self.BOUND, (tail, framing._run)
-        assert not framing._device._decoder._skipping  # the framing discards first
+        assert not framing._requests._frames._skipping  # the framing discards first
         return tail
 
     def round_trip(self, framing: VerlPortFraming, request: PortRequest, filler: bytes) -> None:
@@ -347,7 +340,7 @@ class ModbusTcpCase(Case[ModbusTcpPortFraming]):
         assert len(request.payload) <= MAX_UNIT_PDU, request
 
     def buffered(self, framing: ModbusTcpPortFraming) -> int:
-        held = len(framing._device._buf)
+        held = len(framing._splitter._buf)
         assert held == framing._buffered <= 6 + MAX_UNIT_PDU - 1, (held, framing._buffered)
         return held
 

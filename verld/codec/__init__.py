@@ -1,12 +1,14 @@
-"""Sans-I/O link codecs: `verl` (default), `length` and `line`.
+"""Sans-I/O codecs: `verl` (default), `length`, `line`, `modbus-rtu` and `modbus-tcp`.
 
-Each turns requests into bytes and bytes from the device into `Inbound` messages;
-none does I/O, reads a clock or imports asyncio (see `base`).
+Each codec module holds both sides of its framing: the host side (`LinkCodec`:
+requests out, replies and events in) and the device side (`PortFraming`: requests
+in, replies and events out), and ends with its `CodecSpec`. `verld.codec.registry`
+finds a codec by name; none does I/O, reads a clock or imports asyncio (see `base`).
 """
 
 from __future__ import annotations
 
-from verld.codec.base import Inbound, Kind, LinkCodec
+from verld.codec.base import Inbound, Kind, LinkCodec, PortFraming, PortRequest
 from verld.codec.length import LengthCodec, LengthDecoder
 from verld.codec.line import LineCodec, LineSplitter
 from verld.codec.verl import FrameDecoder, VerlCodec, VerlFrame, encode_frame
@@ -20,6 +22,8 @@ __all__ = [
     "LineCodec",
     "LineSplitter",
     "LinkCodec",
+    "PortFraming",
+    "PortRequest",
     "VerlCodec",
     "VerlFrame",
     "encode_frame",

@@ -1,10 +1,29 @@
-"""What the session needs from a link codec.
+"""What the daemon needs from a link codec, and what a device needs from its other side.
 
 A codec is sans-I/O: it turns a request into bytes and bytes from the device into
 `Inbound` messages. It never touches a file descriptor, a clock or asyncio, so it
 is tested by feeding bytes. Noise is counted in `bad_frames` and skipped; a
 stream that is out of step beyond repair (the `length` codec's bad length) sets
 `desync` and the session reconnects.
+
+Each codec has two sides: the host side (`LinkCodec`: requests out, replies and
+events in) is the daemon's; the device side (`PortFraming`: requests in, replies
+and events out) is what verld plays on a virtual serial port, and its pieces frame
+the simulator's answers too.
+
+Device side, answers: `reply` takes how the call ended. A status of None means
+the device did not answer (the call timed out or never went out): nothing is
+written, exactly as from a silent device, and the program's own timeout takes
+over. On the Modbus codecs an empty `data` is treated the same way; Modbus has no
+events, so `event` writes nothing there.
+
+Device side, bounds: input that cannot become a request within
+`device.max_payload` (an oversize length prefix, an impossible MBAP header, an
+over-long line or verl frame, an RTU frame of unknown length longer than any RTU
+frame) is discarded: its bytes are counted in `ignored`, `discarding` turns True
+and every byte fed after is ignored too, until the front, having seen
+`device.guard` seconds of quiet, calls `reset`. Whatever the program wrote in the
+meantime is out of step and worthless; after a quiet spell it is starting afresh.
 """
 
 from __future__ import annotations
@@ -56,3 +75,73 @@ class LinkCodec(Protocol):
     def reset(self) -> None:
         """Forget partial input and any desync (after a reconnect or a guard period)."""
         ...
+
+
+class PortRequest(NamedTuple):
+    """One request a program wrote to its port."""
+
+    #: what the front keeps for the answer: the program's seq (verl), its transaction
+    #: id (modbus-tcp), or None (codecs without either)
+    tag: int | None
+    #: the call's payload as verld's API `call` takes it: the request payload (verl,
+    #: length), unit + PDU (Modbus), the line's encoded text without terminator (line)
+    payload: bytes
+
+
+class PortFraming(Protocol):
+    """The device side of one codec, for one port: requests in, answers out."""
+
+    @property
+    def bad_frames(self) -> int:
+        """Requests dropped as malformed since creation (a monotonic counter)."""
+        ...
+
+    @property
+    def ignored(self) -> int:
+        """Bytes discarded since creation: past the bounds, and while `discarding`."""
+        ...
+
+    @property
+    def discarding(self) -> bool:
+        """Input overflowed: everything is ignored until `reset` (after a quiet guard)."""
+        ...
+
+    def feed(self, data: bytes) -> list[PortRequest]:
+        """The requests completed by `data` (bytes the program wrote), in order."""
+        ...
+
+    def flush(self) -> list[PortRequest]:
+        """The program fell quiet (3.5 character times): requests that ends; the
+        rest of a partial request is dropped (modbus-rtu; a no-op elsewhere)."""
+        ...
+
+    def reply(self, tag: int | None, status: int | None, data: bytes, text: str | None) -> bytes:
+        """The bytes to write for the call of `tag` that ended with this status and
+        data (line: text); b"" when there is nothing to write (status None)."""
+        ...
+
+    def event(self, data: bytes, text: str | None) -> bytes:
+        """The bytes to write for one device event."""
+        ...
+
+    def reset(self) -> None:
+        """Forget partial input and end `discarding` (the port was quiet for the guard)."""
+        ...
+
+
+class Bounded:
+    """The `bad_frames` / `ignored` / `discarding` bookkeeping every device side shares."""
+
+    def __init__(self) -> None:
+        self.bad_frames = 0
+        self.ignored = 0
+        self.discarding = False
+
+    def _discard(self, count: int) -> None:
+        """`count` bytes could not become a request: ignore them and all that follows."""
+        self.ignored += count
+        self.discarding = True
+
+    def flush(self) -> list[PortRequest]:
+        """Nothing: on a self-delimiting framing silence ends nothing."""
+        return []

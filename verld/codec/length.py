@@ -8,15 +8,20 @@ decoder then sets `desync` and decodes nothing more until `reset`.
 Without seqs, which frame answers a call is decided by timing: the session says
 whether a call is outstanding (`awaiting_reply`), and the first frame completed
 while one is, is its reply; every other frame is an event.
+
+Device side (`LengthPortFraming`): each length-prefixed message is a call; the
+reply is length + status + data, an event a length frame. A length above
+max_payload puts the port out of step (see `verld.codec.base`, bounds).
 """
 
 from __future__ import annotations
 
 import struct
 
-from verld.codec.base import Inbound, Kind
+from verld.codec.base import Bounded, Inbound, Kind, PortRequest
+from verld.codec.spec import CodecSpec, Settings
 
-__all__ = ["LengthCodec", "LengthDecoder", "encode"]
+__all__ = ["LENGTH", "LengthCodec", "LengthDecoder", "LengthPortFraming", "encode"]
 
 _LENGTH = struct.Struct(">I")
 
@@ -108,3 +113,61 @@ class LengthCodec:
         """Forget partial input and any desync (after a reconnect)."""
         self.desync = None
         self._decoder.reset()
+
+
+class LengthPortFraming(Bounded):
+    """`length` for a port (`PortFraming`): length-prefixed requests in, length +
+    status + data out."""
+
+    def __init__(self, max_payload: int) -> None:
+        super().__init__()
+        self._decoder = LengthDecoder(max_payload, limit_name="max_payload")
+        self._buffered = 0  #: bytes fed that no frame has used yet
+
+    def feed(self, data: bytes) -> list[PortRequest]:
+        if self.discarding:
+            self.ignored += len(data)
+            return []
+        frames = self._decoder.feed(data)
+        self._buffered += len(data) - sum(4 + len(frame) for frame in frames)
+        if self._decoder.desync is not None:  # a length above max_payload
+            self._discard(self._buffered)  # the decoder dropped all it held
+            self._decoder.reset()
+            self._buffered = 0
+        return [PortRequest(None, frame) for frame in frames]
+
+    def reply(self, tag: int | None, status: int | None, data: bytes, text: str | None) -> bytes:
+        return b"" if status is None else encode(bytes((status,)) + data)
+
+    def event(self, data: bytes, text: str | None) -> bytes:
+        return encode(data)
+
+    def reset(self) -> None:
+        self._decoder.reset()
+        self._buffered = 0
+        self.discarding = False
+
+
+def _ping(cfg: Settings) -> bytes | None:
+    """`heartbeat.payload` (hex; empty: a zero-length message) while the heartbeat is on."""
+    return _device_ping(cfg) if cfg.heartbeat.interval > 0 else None
+
+
+def _device_ping(cfg: Settings) -> bytes:
+    """`heartbeat.payload` (hex; empty by default: a zero-length message)."""
+    return bytes.fromhex(cfg.heartbeat.payload)
+
+
+LENGTH = CodecSpec(
+    "length",
+    pipelined=False,
+    port_window=False,
+    bus=False,
+    rtu=False,
+    text=False,
+    events=True,
+    host=lambda cfg: LengthCodec(cfg.device.max_payload),
+    device=lambda cfg: LengthPortFraming(cfg.device.max_payload),
+    ping=_ping,
+    device_ping=_device_ping,
+)

@@ -9,15 +9,21 @@ with `re.search` (anchor them with `^...$` to match whole lines).
 
 Noise is bounded, not fatal: a line longer than the limit is dropped and
 counted, and so is a multi-line reply that outgrows it.
+
+Device side (`LinePortFraming`): each line (terminator stripped; with `\\n`, a
+`\\r` before it too) is a call, its text encoded; the reply's lines go back each
+with the terminator. An overlong line puts the port out of step (see
+`verld.codec.base`, bounds).
 """
 
 from __future__ import annotations
 
 import re
 
-from verld.codec.base import Inbound, Kind
+from verld.codec.base import Bounded, Inbound, Kind, PortRequest
+from verld.codec.spec import CodecSpec, Settings
 
-__all__ = ["LineCodec", "LineSplitter"]
+__all__ = ["LINE", "LineCodec", "LinePortFraming", "LineSplitter"]
 
 
 class LineSplitter:
@@ -181,3 +187,104 @@ class LineCodec:
         self._reply_raw = []
         self._reply_size = 0
         self._overlong = False
+
+
+class LinePortFraming(Bounded):
+    """`line` for a port (`PortFraming`): each line the program writes is a call;
+    answers go back line by line."""
+
+    def __init__(self, max_payload: int, terminator: str = "\n", encoding: str = "utf-8") -> None:
+        super().__init__()
+        self._terminator = terminator.encode(encoding)
+        self._newline = "\n".encode(encoding)  #: what joins a multi-line reply's data
+        self._encoding = encoding
+        self._splitter = LineSplitter(self._terminator, max_payload)
+        self._since = 0  #: bytes fed since the last line ended (the one being received)
+
+    def feed(self, data: bytes) -> list[PortRequest]:
+        if self.discarding:
+            self.ignored += len(data)
+            return []
+        # Fed in pieces that each end at the terminator's last byte, the splitter ends
+        # at most one line per piece, so an overlong one is caught where it is.
+        splitter, last = self._splitter, self._terminator[-1]
+        requests = []
+        pos, size = 0, len(data)
+        while pos < size:
+            cut = data.find(last, pos)
+            end = size if cut < 0 else cut + 1
+            dropped = splitter.bad_frames
+            lines = splitter.feed(data[pos:end])
+            self._since += end - pos
+            if splitter.bad_frames != dropped:  # an overlong line
+                self._discard(self._since + size - end)
+                splitter.reset()
+                self._since = 0
+                break
+            if lines:
+                self._since = 0
+                requests += [PortRequest(None, line) for line in lines]
+            pos = end
+        return requests
+
+    def reply(self, tag: int | None, status: int | None, data: bytes, text: str | None) -> bytes:
+        return b"" if status is None else self._lines(data, text)
+
+    def event(self, data: bytes, text: str | None) -> bytes:
+        return self._lines(data, text)
+
+    def _lines(self, data: bytes, text: str | None) -> bytes:
+        """The text's lines (or, without text, data's), each with the terminator."""
+        if text is None:
+            lines = data.split(self._newline)
+        else:
+            lines = [line.encode(self._encoding, "replace") for line in text.split("\n")]
+        return b"".join(line + self._terminator for line in lines)
+
+    def reset(self) -> None:
+        self._splitter.reset()
+        self._since = 0
+        self.discarding = False
+
+
+def _host(cfg: Settings) -> LineCodec:
+    line = cfg.device.line
+    return LineCodec(
+        cfg.device.max_payload,
+        terminator=line.terminator,
+        encoding=line.encoding,
+        end=line.end,
+        error=line.error,
+        event=line.event,
+    )
+
+
+def _device(cfg: Settings) -> LinePortFraming:
+    line = cfg.device.line
+    return LinePortFraming(cfg.device.max_payload, line.terminator, line.encoding)
+
+
+def _ping(cfg: Settings) -> bytes | None:
+    """`heartbeat.payload` as text, when it is set and the heartbeat is on."""
+    return _device_ping(cfg) if cfg.heartbeat.interval > 0 else None
+
+
+def _device_ping(cfg: Settings) -> bytes | None:
+    """`heartbeat.payload` as text; None when it is empty."""
+    payload = cfg.heartbeat.payload
+    return payload.encode(cfg.device.line.encoding) if payload else None
+
+
+LINE = CodecSpec(
+    "line",
+    pipelined=False,
+    port_window=False,
+    bus=False,
+    rtu=False,
+    text=True,
+    events=True,
+    host=_host,
+    device=_device,
+    ping=_ping,
+    device_ping=_device_ping,
+)

@@ -11,6 +11,13 @@ counted in `bad_frames`; the next zero starts a fresh frame, so noise costs at
 most the frame it hits. Only the incomplete tail is kept between `feed` calls,
 and it is bounded: a tail longer than the largest possible encoded frame cannot
 become a frame, so it is dropped and input is skipped up to the next zero.
+
+Device side (`VerlPortFraming`, and the simulator's framing): request frames are
+decoded as a device decodes them (`RequestDecoder`); bad ones are dropped and
+counted in `bad_frames`. The tag is the program's seq; the reply is a reply frame
+with that seq (`encode_reply`), an event an event frame with seq 0 (`encode_event`).
+A zero-free run longer than any request frame puts the port framing out of step
+(see `verld.codec.base`, bounds).
 """
 
 from __future__ import annotations
@@ -20,9 +27,20 @@ import zlib
 from typing import NamedTuple
 
 from verld.codec import cobs
-from verld.codec.base import Inbound, Kind
+from verld.codec.base import Bounded, Inbound, Kind, PortRequest
+from verld.codec.spec import CodecSpec, Settings
 
-__all__ = ["FrameDecoder", "VerlCodec", "VerlFrame", "encode_frame"]
+__all__ = [
+    "VERL",
+    "FrameDecoder",
+    "RequestDecoder",
+    "VerlCodec",
+    "VerlFrame",
+    "VerlPortFraming",
+    "encode_event",
+    "encode_frame",
+    "encode_reply",
+]
 
 _HEAD = struct.Struct(">BH")  #: type, seq
 _CRC = struct.Struct(">I")
@@ -30,6 +48,7 @@ _OVERHEAD = 7  #: body bytes around the payload: type, seq, crc
 _REQUEST, _REPLY, _EVENT = Kind.REQUEST.value, Kind.REPLY.value, Kind.EVENT.value
 _KIND_REPLY, _KIND_EVENT = Kind.REPLY, Kind.EVENT  #: module globals: faster than enum lookups
 _DAEMON_ACCEPTS = frozenset({_REPLY, _EVENT})
+_DEVICE_ACCEPTS = frozenset({_REQUEST})
 _new_tuple = tuple.__new__
 
 
@@ -179,3 +198,116 @@ class VerlCodec:
     def reset(self) -> None:
         """Forget partial input (after a reconnect)."""
         self._decoder.reset()
+
+
+# --- the device side ---------------------------------------------------------
+
+
+def encode_reply(seq: int, status: int, data: bytes) -> bytes:
+    """The reply frame to request `seq`: its status byte, then its data."""
+    return encode_frame(_REPLY, seq, bytes((status,)) + data)
+
+
+def encode_event(payload: bytes) -> bytes:
+    """One event frame (seq 0: an event's seq means nothing)."""
+    return encode_frame(_EVENT, 0, payload)
+
+
+class RequestDecoder:
+    """The device's decoder: request frames in, `(seq, payload)` out; the rest is noise."""
+
+    def __init__(self, max_payload: int) -> None:
+        self.max_payload = max_payload
+        #: requests above max_payload, dropped (the frame decoder's bound comes first)
+        self.oversize = 0
+        self._frames = FrameDecoder(max_payload, _DEVICE_ACCEPTS)
+
+    @property
+    def bad_frames(self) -> int:
+        """Chunks dropped as noise since creation."""
+        return self._frames.bad_frames
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """The requests completed by `data`, in order."""
+        requests = []
+        for frame in self._frames.feed(data):
+            if len(frame.payload) > self.max_payload:
+                self.oversize += 1
+                continue
+            requests.append((frame.seq, frame.payload))
+        return requests
+
+    def reset(self) -> None:
+        """Forget the incomplete frame."""
+        self._frames.reset()
+
+
+class VerlPortFraming(Bounded):
+    """`verl` for a port (`PortFraming`): request frames in, replies with the program's seq out."""
+
+    def __init__(self, max_payload: int) -> None:
+        super().__init__()
+        self._requests = RequestDecoder(max_payload)
+        #: the longest zero-free run the frame decoder keeps (reply frames included)
+        self._max_run = cobs.max_encoded_length(max_payload + 8) + 1
+        self._run = 0  #: zero-free bytes since the last zero (the decoder's tail)
+
+    def feed(self, data: bytes) -> list[PortRequest]:
+        if self.discarding:
+            self.ignored += len(data)
+            return []
+        if self._run + len(data) <= self._max_run:  # no run can be too long: no scan
+            self._run = len(data) - data.rfind(0) - 1 if 0 in data else self._run + len(data)
+            return self._decode(data)
+        run, start = self._run, 0
+        for piece in data.split(b"\x00"):
+            run += len(piece)
+            if run > self._max_run:  # no request frame is that long: out of step
+                requests = self._decode(data[:start])
+                self._discard(len(data) - start + (self._run if start == 0 else 0))
+                self._requests.reset()
+                self._run = 0
+                return requests
+            start += len(piece) + 1
+            run = 0
+        self._run = len(data) - data.rfind(0) - 1 if 0 in data else self._run + len(data)
+        return self._decode(data)
+
+    def _decode(self, data: bytes) -> list[PortRequest]:
+        requests = [PortRequest(seq, payload) for seq, payload in self._requests.feed(data)]
+        self.bad_frames = self._requests.bad_frames + self._requests.oversize
+        return requests
+
+    def reply(self, tag: int | None, status: int | None, data: bytes, text: str | None) -> bytes:
+        return b"" if status is None else encode_reply(tag or 0, status, data)
+
+    def event(self, data: bytes, text: str | None) -> bytes:
+        return encode_event(data)
+
+    def reset(self) -> None:
+        self._requests.reset()
+        self._run = 0
+        self.discarding = False
+
+
+# --- the spec ----------------------------------------------------------------
+
+
+def _ping(cfg: Settings) -> bytes:
+    """The empty request: verl always has a handshake and (heartbeat on) pings."""
+    return b""
+
+
+VERL = CodecSpec(
+    "verl",
+    pipelined=True,
+    port_window=True,
+    bus=False,
+    rtu=False,
+    text=False,
+    events=True,
+    host=lambda cfg: VerlCodec(cfg.device.max_payload),
+    device=lambda cfg: VerlPortFraming(cfg.device.max_payload),
+    ping=_ping,
+    device_ping=_ping,
+)

@@ -14,6 +14,7 @@ from typing import Any
 
 from verld import journal
 from verld.client import Client, ClientError, Unreachable
+from verld.codec.registry import CODECS
 from verld.ctl import modbus
 from verld.ctl.codes import Usage
 from verld.ctl.inhibit import cmd_inhibit
@@ -105,9 +106,10 @@ def _traffic_decoder(c: Client) -> Decoder | None:
         raise
     except (ClientError, KeyError, TypeError):
         return None  # no codec named: every line as on any other codec
-    if not modbus.is_modbus(codec):
-        return None
-    if codec == "modbus-tcp":
+    found = CODECS.get(codec) if isinstance(codec, str) else None
+    if found is None or not found.bus:
+        return None  # (a codec this verlctl does not know: read as any other)
+    if not found.rtu:
         return functools.partial(modbus.describe, rtu=False)  # unit 0 is a unit there
     return modbus.describe
 

@@ -16,6 +16,7 @@ import struct
 from collections.abc import Callable
 
 from verld.codec.modbus import EXCEPTION_NAMES
+from verld.codec.registry import CODECS
 from verld.ctl.render import safe
 
 __all__ = ["FUNCTIONS", "describe", "is_modbus"]
@@ -48,8 +49,10 @@ class _Malformed(ValueError):
 
 
 def is_modbus(codec: object) -> bool:
-    """True for the codec names whose calls are unit + Modbus PDU (`modbus-rtu`, `modbus-tcp`)."""
-    return isinstance(codec, str) and codec.startswith("modbus-")
+    """Whether a daemon's codec (from `hello`) is one of the Modbus codecs (a name this
+    verlctl does not know is not)."""
+    found = CODECS.get(codec) if isinstance(codec, str) else None
+    return found is not None and found.bus
 
 
 def describe(data: bytes, *, request: bool, rtu: bool = True) -> str:

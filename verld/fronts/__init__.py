@@ -1,6 +1,41 @@
-"""Ways in to the one device: every front sits on `base.Core` and nothing else.
+"""Ways in to the one device: each front is a thin edge over `base.Core`.
 
-`api/` is the Unix-socket JSON API; `modbus/` the Modbus TCP server (every TCP
-connection a client of the same fair queue); later fronts (virtual serial ports) are
-further packages here.
+Every front implements `protocol.Front` (claim, start, reload, stop accepting,
+status, close) and is made as `Front(cfg, core)`; the daemon keeps them in a list
+and drives them through that protocol only. `FRONTS` below is that list: one line
+per front, in `status` order (the daemon starts them in the reverse order, so the
+API socket answers last), with the event logged when the front cannot claim or
+start what it serves. Every front is made whatever the config: one with nothing
+to serve (no `ports`, no `modbus.listen`) claims and starts nothing, shows an empty
+part in `status`, and can begin serving on a reload.
+
+`api/` is the Unix-socket JSON API, `modbus/` the Modbus TCP server (every TCP
+connection a client of the same fair queue), `ports/` the virtual serial ports.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from verld.config import Config
+from verld.fronts.api import ApiServer
+from verld.fronts.base import Core
+from verld.fronts.modbus import ModbusServer
+from verld.fronts.ports.front import PortsFront
+from verld.fronts.protocol import Front
+
+
+class Registration(NamedTuple):
+    """One front: how it is made, and the event logged when it cannot serve."""
+
+    make: Callable[[Config, Core], Front]
+    fails: str
+
+
+#: every front, in `status` order
+FRONTS: tuple[Registration, ...] = (
+    Registration(ApiServer, fails="cannot_serve"),
+    Registration(ModbusServer, fails="cannot_serve_modbus"),
+    Registration(PortsFront, fails="cannot_create_port"),
+)

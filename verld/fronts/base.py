@@ -1,124 +1,116 @@
-"""What every front gets from the core: calls, events, leases, taps, counts.
+"""Core: the one surface over the device, for the fronts and for the daemon.
 
-Strategy: a front (the JSON API, later virtual serial ports and a Modbus TCP server)
-never reaches into the session. It submits a call for an owner — any hashable that
+Strategy: a front (the JSON API, virtual serial ports, a Modbus TCP server) never
+reaches into the session. It submits a call for an owner — any hashable that
 stands for one program on that front — and gets exactly one `CallResult` back;
 it registers as a `Listener` for device events and link transitions, and says
 which taps (decoded frames, raw bytes) it wants while someone of its own listens.
 Every owner is a client of the same fair queue, under the same limits and leases;
-each front's calls are counted by outcome (`verld_front_calls_total{front,outcome}`).
+each front's calls are counted by outcome (`verld_front_calls_total{front,outcome}`)
+by the session as they end. The daemon runs, reconfigures and stops the device
+through the same object, and `status` (and the metrics) are assembled here once:
+the session's part, then each front's (`Front.status`).
+
+Core makes the session and its supervisor and is the only code that touches them:
+every use of either is one of its methods.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Callable, Coroutine, Hashable
-from typing import Any, Protocol
+import socket
+import time
+from collections.abc import Callable, Coroutine, Hashable, Mapping
+from typing import Any
 
 from verld.alarm import Clock
 from verld.calls import Call, CallResult
-from verld.codec.base import LinkCodec
-from verld.config import Config
+from verld.codec.registry import CodecSpec, spec_of
+from verld.config import Config, tcp_target
+from verld.fronts.protocol import CannotServe, Front, FrontCounts, Listener
 from verld.link import LinkState, Transition
-from verld.session import Session, TrafficTap, WireTap
-from verld.stats import session_status
+from verld.metrics import prometheus_text
+from verld.receiving import TrafficTap
+from verld.session import Session, WireTap
 from verld.supervisor import Opener, Supervisor
 from verld.transport import open_link
 
-
-class Listener(Protocol):
-    """What a front hears from the device and the link."""
-
-    def device_event(self, data: bytes, text: str | None, generation: int) -> None: ...
-
-    def link_event(self, transition: Transition) -> None: ...
+__all__ = ["CannotServe", "Core", "Front", "FrontCounts", "Listener"]
 
 
-class Front(Protocol):
-    """A way in for programs (the JSON API, virtual ports, Modbus TCP, ...): the
-    daemon keeps a list of them and drives each through these steps only."""
+class Burst:
+    """`with core.burst():` the calls submitted inside go to the device in one write
+    (a burst of requests from one read). Nests; one object per core, no allocation."""
 
-    #: its key in `status` and the metrics' `front` label
-    name: str
+    __slots__ = ("_flush", "_hold")
 
-    async def claim(self) -> None:
-        """Take what another verld could own (a socket path's lock, a listen
-        address), before anything is created; raise `ServeError` when it is taken."""
-        ...
+    def __init__(self, hold: Callable[[], None], flush: Callable[[], None]) -> None:
+        self._hold, self._flush = hold, flush
 
-    async def start(self) -> None:
-        """Serve (claims made); raise `ServeError` (or OSError) when it cannot."""
-        ...
+    def __enter__(self) -> None:
+        self._hold()
 
-    def reload(self, cfg: Config, changed: list[str]) -> None:
-        """Take a reloaded config (`changed`: its changed keys); any task this starts
-        is the front's own, and `close` ends it."""
-        ...
-
-    def status(self) -> Any:
-        """Its part of `status` (None: nothing to show)."""
-        ...
-
-    async def close(self) -> None:
-        """Stop serving and remove what it made (safe before `start`, and twice)."""
-        ...
-
-
-class FrontCounts:
-    """One front's calls by outcome ("ok" or the error code): its `done` callbacks
-    add to `outcomes` (a dict, so the per-call path costs one update)."""
-
-    __slots__ = ("name", "outcomes")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.outcomes: dict[str, int] = {}
-
-    def add(self, outcome: str) -> None:
-        """Count a call that ended before reaching the core (refused by the front)."""
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+    def __exit__(self, *exc: object) -> None:
+        self._flush()
 
 
 class Core:
-    """The session and its supervisor, as every front sees them (made here, wired once)."""
+    """The session and its supervisor, as the fronts and the daemon see them."""
 
     def __init__(
         self,
         cfg: Config,
-        codec: LinkCodec,
-        port: str,
+        port: str | None = None,
         *,
         clock: Clock,
         opener: Opener = open_link,
         rng: random.Random | None = None,
+        sockets: Mapping[str, socket.socket | None] | None = None,
     ) -> None:
+        """`port`: the device's (default `device.port`); `sockets`: those systemd
+        passed, by name ("api", "modbus"), each for its front to `take_socket`."""
         self.cfg = cfg
         self.listeners: list[Listener] = []
-        self.fronts: dict[str, FrontCounts] = {}
+        #: the fronts serving over this core, in `status` order (the daemon's list)
+        self.fronts: list[Front] = []
         self.inhibits = 0  #: inhibitions so far (verld_inhibits_total)
+        self.started = time.time()  #: (`status.uptime`)
+        #: re-read the config file and apply it, returning the changed keys (the admin
+        #: `reload` op; ConfigError keeps the running config). None: not available.
+        self.reload_config: Callable[[], list[str]] | None = None
+        #: a front calls it when its clients come or go (the daemon's STATUS= line)
+        self.clients_changed: Callable[[], None] = _nothing
+        self._counts: dict[str, FrontCounts] = {}
+        self._sockets = {k: s for k, s in (sockets or {}).items() if s is not None}
         self._taps: dict[object, tuple[TrafficTap | None, WireTap | None]] = {}
-        self.session = Session(
+        self._session = Session(
             cfg,
-            codec,
-            port,
+            spec_of(cfg).host(cfg),
+            cfg.device.port if port is None else port,
             clock=clock,
             on_event=self.device_event,
             on_link=self.link_event,
+            # a loop's time is the monotonic clock (to the ms on uvloop): elapsed times
+            # and the RTU gap read that clock itself
+            precise=time.monotonic if isinstance(clock, asyncio.AbstractEventLoop) else None,
             rng=rng,
         )
-        self.supervisor = Supervisor(self.session, opener)
+        self._session.started = self.started
+        self._supervisor = Supervisor(self._session, opener)
+        self._burst = Burst(self._session.hold, self._session.flush)
         #: submit(call): the call joins the fair queue; its `done` runs exactly once
         #: (maybe before this returns). The session's own method: no layer per call.
-        self.submit: Callable[[Call], None] = self.session.submit
+        self.submit: Callable[[Call], None] = self._session.submit
 
+    # --- for fronts: calls ----------------------------------------------------------
     def front(self, name: str) -> FrontCounts:
         """The counts of front `name` (made on first use)."""
-        counts = self.fronts.get(name)
+        counts = self._counts.get(name)
         if counts is None:
-            counts = self.fronts[name] = FrontCounts(name)
+            counts = self._counts[name] = FrontCounts(name)
         return counts
 
-    # --- calls ----------------------------------------------------------------------
     def make_call(
         self,
         counts: FrontCounts | None,
@@ -139,7 +131,7 @@ class Core:
         dev = self.cfg.device
         retry = dev.retry if retry is None else retry
         if wait is None:
-            wait = self.session.link.state is LinkState.CONNECTING
+            wait = self._session.link.state is LinkState.CONNECTING
         call = Call(owner, payload, done, timeout=timeout or dev.timeout, retry=retry,
                     wait=wait, req_id=req_id)  # fmt: skip
         if counts is not None:
@@ -149,43 +141,65 @@ class Core:
     def forget(self, owner: Hashable) -> None:
         """The owner went away: its waiting calls are dropped, its calls on the link
         abandoned (their late replies are then stale)."""
-        self.session.forget_owner(owner)
+        self._session.forget_owner(owner)
 
-    def hold(self) -> None:
-        """Collect calls without writing until `flush`: one write for a burst."""
-        self.session.hold()
-
-    def flush(self) -> None:
-        self.session.flush()
+    def burst(self) -> Burst:
+        """`with core.burst():` calls submitted inside go out in one write at its end."""
+        return self._burst
 
     def set_exclusive(self, owner: Hashable | None) -> None:
         """A lease: only `owner`'s calls reach the device (None: everyone's again)."""
-        self.session.set_exclusive(owner)
+        self._session.set_exclusive(owner)
 
     def request_reconnect(self, reason: str) -> None:
-        self.supervisor.request_reconnect(reason)
+        """Drop the link now and reopen it (the admin `reconnect` op, a reload)."""
+        self._supervisor.request_reconnect(reason)
 
     def inhibit(self, reason: str) -> Coroutine[Any, Any, str]:
         """Let go of the device port for another program: calls stop going out now;
         the coroutine returned ends, with the port's path, once it is closed."""
         self.inhibits += 1
-        self.supervisor.inhibit(reason)
+        self._supervisor.inhibit(reason)
         return self._let_go(reason)
 
     async def _let_go(self, reason: str) -> str:
-        await self.supervisor.let_go(reason)
-        return self.session.port
+        await self._supervisor.let_go(reason)
+        return self._session.port
 
     def release(self) -> None:
         """End an inhibition: the port reopens (a no-op when not inhibited)."""
-        self.supervisor.release()
+        self._supervisor.release()
+
+    @property
+    def inhibited_by(self) -> str | None:
+        """Why the port is let go of ("inhibited by pid N"), while it is (or is being)."""
+        return self._session.link.inhibited_by
 
     @property
     def inhibited(self) -> bool:
         """An inhibition is in force (or letting go of the port is under way)."""
-        return self.session.inhibited_by is not None
+        return self._session.link.inhibited_by is not None
 
-    # --- what the device says -----------------------------------------------------------
+    def take_socket(self, name: str) -> socket.socket | None:
+        """The socket systemd passed for `name` ("api", "modbus"), once; None: none."""
+        return self._sockets.pop(name, None)
+
+    # --- for fronts: the device -----------------------------------------------------
+    @property
+    def port(self) -> str:
+        """The device's port (a path or tcp://HOST:PORT)."""
+        return self._session.port
+
+    @property
+    def window(self) -> int:
+        """How many calls may be on the link at once."""
+        return self._session.window.size
+
+    @property
+    def spec(self) -> CodecSpec:
+        """The device codec's traits and factories (the current config's)."""
+        return spec_of(self.cfg)
+
     def device_event(self, data: bytes, text: str | None, generation: int) -> None:
         for listener in self.listeners:
             listener.device_event(data, text, generation)
@@ -200,16 +214,71 @@ class Core:
         self._taps[who] = (traffic, wire)
         traffics = [t for t, _ in self._taps.values() if t is not None]
         wires = [w for _, w in self._taps.values() if w is not None]
-        self.session.set_taps(_fan(traffics), _fan(wires))
+        self._session.set_taps(_fan(traffics), _fan(wires))
+
+    # --- for the daemon -------------------------------------------------------------
+    def run(self) -> Coroutine[Any, Any, None]:
+        """The connect loop (the daemon's one task): until `close`."""
+        return self._supervisor.run()
+
+    async def close(self, drain: float) -> None:
+        """Stop: queued calls fail, in-flight ones may finish for up to `drain` s."""
+        await self._supervisor.close(drain)
+
+    @property
+    def closing(self) -> bool:
+        """`close` has begun."""
+        return self._session.link.closing
+
+    def set_debug(self, enabled: bool) -> None:
+        """Per-call DEBUG lines are built only when DEBUG is on."""
+        self._session.set_debug(enabled)
+
+    def reconfigure(self, cfg: Config) -> None:
+        """A reloaded config's live settings (timeouts, heartbeat, limits)."""
+        self.cfg = cfg
+        self._session.reconfigure(cfg)
+
+    def replace_device(self, port: str | None = None) -> None:
+        """The current config's device settings (after `reconfigure`): a new codec, and
+        `port` when given; a running link takes them at its next open
+        (`request_reconnect`)."""
+        self._session.replace_device(spec_of(self.cfg).host(self.cfg), port)
+
+    def link_summary(self) -> str:
+        """The link in a few words, for systemd's STATUS= line."""
+        link = self._session.link
+        return f"link {link.state.value} ({link.reason}), gen {link.generation}, port {self.port}"
 
     # --- figures ----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """The session's part of `status`."""
-        return session_status(self.session)
+        """The `status` reply (docs/protocol.md): the session's part, `uptime`, then
+        each front's keys."""
+        st = self._session.status(time.time())
+        st["uptime"] = round(time.time() - self.started, 3)
+        for front in self.fronts:
+            st.update(front.status())
+        dev = self.cfg.device
+        if tcp_target(self.port) is None:  # serial: show the line settings
+            st["link"]["settings"] = (
+                f"{dev.baudrate} {dev.bytesize}{dev.parity[0].upper()}{dev.stopbits:g}"
+                + (" rtscts" if dev.rtscts else "")
+            )
+        return st
 
     def front_calls(self) -> dict[str, dict[str, int]]:
         """Each front's calls by outcome (`verld_front_calls_total{front,outcome}`)."""
-        return {name: dict(c.outcomes) for name, c in sorted(self.fronts.items())}
+        return {name: dict(c.outcomes) for name, c in sorted(self._counts.items())}
+
+    def metrics_text(self) -> str:
+        """`status` and the latency histogram in Prometheus text format."""
+        session = self._session
+        units = session.line.unit_calls()
+        return prometheus_text(self.status(), session.stats.latency, self.front_calls(), units)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _fan(taps: list[Any]) -> Any:

@@ -17,8 +17,9 @@ Under `<base>` (default `verld/<short host name>`):
 
 Modules: `config` (the YAML schema), `topics` (names and payloads), `calls`
 (request parsing, routing, redelivery; sans-I/O), `outbox` (bounded pending
-publishes; sans-I/O), `device` (one verld connection), `bridge` (the broker
-connection), `main` (the command).
+publishes; sans-I/O), `device` (one verld connection), `dispatch` (requests to
+calls on the devices, answers to the outbox), `tasks` (the owner every task is
+started in), `bridge` (the broker connection), `main` (the command).
 """
 
 from __future__ import annotations

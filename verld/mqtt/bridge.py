@@ -1,17 +1,24 @@
 """The MQTT side: one broker connection, its reconnect loop, and the devices behind it.
 
-Strategy: `Bridge.run` owns every task. Each device's verld connection runs on its
-own (`verld.mqtt.device`), putting state, status and events into one `Outbox`; the
-broker loop connects (clean start and no session expiry on MQTT 5, a clean session
-on 3.1.1, the retained `offline` state as last will), publishes `online`,
-subscribes to `<base>/+/call` (and `homeassistant/status` with discovery on), marks
-every retained topic due again, and then runs two tasks until the connection
-breaks: the reader, which hands each request to `calls.Intake` and starts the
-calls it says to run, and the writer, which drains the outbox with a bounded
+Strategy: each device's verld connection runs on its own (`verld.mqtt.device`),
+putting state, status and events into one `Outbox`; the broker loop connects (clean
+start and no session expiry on MQTT 5, a clean session on 3.1.1, the retained
+`offline` state as last will), publishes `online`, subscribes to `<base>/+/call`
+(and `homeassistant/status` with discovery on), marks every retained topic due
+again, and then runs two tasks until the connection breaks: the reader, which hands
+each request to `dispatch.Dispatcher` (it asks `calls.Intake` what the request gets
+and starts the calls to run), and the writer, which drains the outbox with a bounded
 number of publishes in flight. A lost connection is retried with backoff (0.5 s
 doubling to 30 s, jittered, so a fleet does not reconnect in step); the devices
 never notice. Calls keep running across a broker reconnect: a reply is published
 if the broker is connected when it is ready, and dropped (counted) if not.
+
+Every task has an owner that awaits it (`tasks.Tasks`, a TaskGroup that can be
+ended), and the owners nest: `Bridge.tasks`, for the whole run, holds each device's
+loop, the drop reporter and the calls (which outlive a broker connection); inside
+it, a connect attempt's owner holds the attempt and the wait for a stop, and each
+connection's holds its reader, its writer and the writer's publishes, ending them
+when the connection breaks or the bridge stops. `run` returns with none left.
 
 On SIGTERM the reader stops taking requests, calls in flight get up to `DRAIN`
 seconds to finish and their replies to go out, `offline` is published (retained)
@@ -32,10 +39,12 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from verld import systemd
-from verld.mqtt.calls import Answer, Drop, Intake, Joined, Run, error_reply
+from verld.mqtt.calls import Intake
 from verld.mqtt.config import BridgeConfig, Secrets, short_host
-from verld.mqtt.device import MAX_PENDING, MAX_PENDING_EACH, Backoff, Device, share_full
+from verld.mqtt.device import Backoff, Device
+from verld.mqtt.dispatch import Dispatcher
 from verld.mqtt.outbox import Outbox, Outgoing
+from verld.mqtt.tasks import Tasks
 from verld.mqtt.topics import HA_PREFIX, HA_STATUS, Topics, bridge_state, discovery
 
 log = structlog.get_logger("verld.mqtt.bridge")
@@ -50,8 +59,6 @@ DROP_REPORT_SECONDS = 5.0
 STEADY = 10.0
 #: seconds to wait for a publish's acknowledgement at stop
 GOODBYE_TIMEOUT = 2.0
-#: times one call waits for another turn after verld said the bridge's share was full
-SHARE_RETRIES = 64
 
 
 class Bridge:
@@ -68,11 +75,12 @@ class Bridge:
             for name, path in cfg.devices.items()
         }  # fmt: skip
         self.intake = Intake(self.topics, self.devices.keys(), calls=cfg.calls)
+        self.tasks = Tasks()  #: the bridge's owner, entered by `run` (module docstring)
+        self.dispatch = Dispatcher(self.intake, self.devices, self.outbox, self.tasks)
         self.stopping = asyncio.Event()
         self.connected = False
         self._wake = asyncio.Event()
         self.outbox.wakeup = self._wake.set
-        self._calls: set[asyncio.Task[None]] = set()
         self._loop = asyncio.get_running_loop()
 
     # --- the whole bridge ------------------------------------------------------------
@@ -81,18 +89,13 @@ class Bridge:
         if self.cfg.homeassistant:
             for device in self.devices.values():
                 self._discovery(device)
-        async with asyncio.TaskGroup() as tasks:
-            helpers = [tasks.create_task(d.run(), name=f"device {d.name}")
-                       for d in self.devices.values()]  # fmt: skip
-            helpers.append(tasks.create_task(self._report_drops(), name="drops"))
+        async with self.tasks:
+            for device in self.devices.values():
+                self.tasks.start(device.run(), name=f"device {device.name}")
+            self.tasks.start(self._report_drops(), name="drops")
             self.status_line()
-            try:
-                await self._broker_loop()
-            finally:
-                calls = list(self._calls)
-                for task in [*helpers, *calls]:
-                    task.cancel()
-                await asyncio.gather(*calls, return_exceptions=True)
+            await self._broker_loop()
+            self.tasks.cancel()  # (devices and reporter run until cancelled; so may a call)
         c = self.intake.counters
         log.info("stopped", requests=c.requests, replies=c.replies, bad_requests=c.bad_requests,
                  refused=c.refused, expired=c.expired, duplicates=c.duplicates,
@@ -136,14 +139,14 @@ class Bridge:
                 since = self._loop.time()
                 try:
                     await self._session(client)
+                    return  # (a session ends without an error only when the bridge stops)
                 finally:
                     with contextlib.suppress(aiomqtt.MqttError):
                         await client.__aexit__(None, None, None)
-                if self.stopping.is_set():
-                    return
-                reason = "the session ended"
-            except aiomqtt.MqttError as exc:
-                reason = _why(exc)
+            except* aiomqtt.MqttError as lost:  # (a connection's tasks raise it in a group)
+                reason = _why(lost.exceptions[0])
+            if self.stopping.is_set():
+                return  # (it broke as the bridge stopped: nothing to retry)
             if since is not None and self._loop.time() - since >= STEADY:
                 backoff.reset()  # (a session that ends at once, e.g. kicked by a bridge
                 # with the same client id, keeps backing off instead of flapping)
@@ -180,25 +183,18 @@ class Bridge:
         )
 
     async def _connect(self, client: aiomqtt.Client) -> bool:
-        """Connect unless `stopping` comes first (False)."""
-        connecting = asyncio.ensure_future(client.__aenter__())
-        stop = asyncio.ensure_future(self.stopping.wait())
-        try:
+        """Connect unless `stopping` comes first (False); a failed attempt's MqttError
+        comes in a group."""
+        async with Tasks() as race:
+            connecting = race.start(client.__aenter__(), name="mqtt connect")
+            stop = race.start(self.stopping.wait(), name="mqtt connect: stop")
             await asyncio.wait((connecting, stop), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            if not connecting.done():
-                connecting.cancel()
-                # (a cancelled attempt must end before its result is asked for)
-                with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
-                    await connecting
-        if connecting.cancelled() or self.stopping.is_set():
-            return False
-        connecting.result()  # (raises MqttError when the attempt failed)
-        return True
+            race.cancel()
+        return not connecting.cancelled() and not self.stopping.is_set()
 
     async def _session(self, client: aiomqtt.Client) -> None:
-        """One connection, until it breaks (MqttError) or the bridge stops."""
+        """One connection, until it breaks (MqttError, in a group from its tasks) or the
+        bridge stops (a return)."""
         qos = self.cfg.qos
         await client.publish(self.topics.bridge_state, bridge_state(True), qos, retain=True)
         await client.subscribe(self.topics.call_filter, qos)
@@ -210,26 +206,18 @@ class Bridge:
         log.info("mqtt_connected", host=b.host, port=b.port, protocol=b.protocol,
                  client_id=self.cfg.client_id, base=self.topics.base)  # fmt: skip
         self.status_line()
-        reader = asyncio.create_task(self._read(client))
-        writer = asyncio.create_task(self._write(client))
-        stop = asyncio.create_task(self.stopping.wait())
         try:
-            await asyncio.wait((reader, writer, stop), return_when=asyncio.FIRST_COMPLETED)
-            if self.stopping.is_set():
+            # (the reader's MqttError, when the connection breaks, ends all of them)
+            async with Tasks() as tasks:
+                reader = tasks.start(self._read(client), name="mqtt reader")
+                tasks.start(self._write(client, tasks), name="mqtt writer")
+                await self.stopping.wait()
                 reader.cancel()
                 await self._goodbye(client)
-                return
-            for task in (reader, writer):
-                if task.done():
-                    task.result()  # (MqttError: the connection broke)
-            raise aiomqtt.MqttError("the connection ended")
+                tasks.cancel()
         finally:
             self.connected = False
             self.outbox.disconnect()
-            for task in (reader, writer):
-                task.cancel()
-            stop.cancel()
-            await asyncio.gather(reader, writer, stop, return_exceptions=True)
 
     def _lost(self, reason: str, retry_in: float, *, first: bool) -> None:
         """Logged as a warning once per outage, then at INFO for each failed retry."""
@@ -243,8 +231,7 @@ class Bridge:
         """A clean stop: calls in flight finish (at most DRAIN s), replies go out,
         then the retained `offline`."""
         deadline = self._loop.time() + DRAIN
-        if self._calls:
-            await asyncio.wait(list(self._calls), timeout=DRAIN)
+        await self.dispatch.drain(deadline)
         # the writer takes replies first; a few ms see them handed to the connection
         while self.outbox.pending_replies and self._loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
@@ -255,25 +242,18 @@ class Bridge:
             log.warning("mqtt_offline_not_sent", reason=str(exc))
 
     # --- publishing ----------------------------------------------------------------------
-    async def _write(self, client: aiomqtt.Client) -> None:
-        """Drain the outbox: at most PUBLISH_WINDOW publishes unacknowledged at once."""
+    async def _write(self, client: aiomqtt.Client, tasks: Tasks) -> None:
+        """Drain the outbox: at most PUBLISH_WINDOW publishes unacknowledged at once, each
+        a task of the connection's owner `tasks`."""
         window = asyncio.Semaphore(PUBLISH_WINDOW)
-        flying: set[asyncio.Task[None]] = set()
-        try:
-            while True:
-                self._wake.clear()  # (before pop: a wakeup after it is not missed)
-                item = self.outbox.pop()
-                if item is None:
-                    await self._wake.wait()
-                    continue
-                await window.acquire()
-                task = asyncio.create_task(self._publish(client, item, window))
-                flying.add(task)
-                task.add_done_callback(flying.discard)
-        finally:
-            for task in flying:
-                task.cancel()
-            await asyncio.gather(*flying, return_exceptions=True)
+        while True:
+            self._wake.clear()  # (before pop: a wakeup after it is not missed)
+            item = self.outbox.pop()
+            if item is None:
+                await self._wake.wait()
+                continue
+            await window.acquire()
+            tasks.start(self._publish(client, item, window))
 
     async def _publish(
         self, client: aiomqtt.Client, item: Outgoing, window: asyncio.Semaphore
@@ -295,6 +275,7 @@ class Bridge:
 
     # --- requests --------------------------------------------------------------------------
     async def _read(self, client: aiomqtt.Client) -> None:
+        """Hand each request to the dispatcher until the connection ends (MqttError)."""
         async for message in client.messages:
             topic = message.topic.value
             payload = message.payload if isinstance(message.payload, bytes) else b""
@@ -308,86 +289,15 @@ class Bridge:
             if message.retain:  # a stale request kept by the broker: never run it again
                 log.warning("call_refused", device=device, reason="a retained request")
                 continue
-            self._request(device, payload, message.properties)
-
-    def _request(self, device: str, payload: bytes, props: Properties | None) -> None:
-        action = self.intake.receive(
-            device,
-            payload,
-            self._loop.time(),
-            response_topic=_prop(props, "ResponseTopic", str),
-            correlation=_prop(props, "CorrelationData", bytes),
-            expiry=_prop(props, "MessageExpiryInterval", int),
-        )
-        if isinstance(action, Answer):
-            self._send(action, device)
-        elif isinstance(action, Run):
-            self._start(action)
-        elif isinstance(action, Drop):
-            log.info("call_dropped", device=device, reason=action.reason)
-        elif isinstance(action, Joined):
-            log.debug("call_redelivered", device=device, reply_to=action.route.topic)
-
-    def _start(self, run: Run) -> None:
-        device = self.devices[run.device]
-        requester = run.route.topic
-        if device.pending >= MAX_PENDING:
-            busy = error_reply("busy", f"{device.pending} requests already wait for this device")
-            self._send(self.intake.finish(run, busy, self._loop.time()), run.device)
-            return
-        if device.pending_by[requester] >= MAX_PENDING_EACH:
-            busy = error_reply("busy", f"{MAX_PENDING_EACH} requests replied to on {requester} "
-                               "already wait for this device")  # fmt: skip
-            self._send(self.intake.finish(run, busy, self._loop.time()), run.device)
-            return
-        device.pending += 1
-        device.pending_by[requester] += 1
-        task = asyncio.create_task(self._call(device, run))
-        self._calls.add(task)
-        task.add_done_callback(self._calls.discard)
-
-    async def _call(self, device: Device, run: Run) -> None:
-        requester = run.route.topic
-        try:
-            reply = await self._run(device, run, requester)
-        finally:
-            device.pending -= 1
-            device.pending_by[requester] -= 1
-            if not device.pending_by[requester]:
-                del device.pending_by[requester]
-        if reply is not None:
-            self._send(self.intake.finish(run, reply, self._loop.time()), device.name)
-
-    async def _run(self, device: Device, run: Run, requester: str) -> dict[str, Any] | None:
-        """The call's reply once a slot is had (in turn with the other requesters); None
-        when it expired while waiting. A `busy` for the bridge's own full share at verld
-        lowers the slots to the calls then in flight, and the call waits for its next turn."""
-        slots = device.slots
-        turn = 0
-        while True:
-            await slots.acquire(requester, first=turn > 0)
-            try:
-                if run.deadline is not None and self._loop.time() > run.deadline:
-                    self.intake.expire(run)
-                    log.info("call_dropped", device=device.name, reason="it expired while "
-                             "waiting in the bridge")  # fmt: skip
-                    return None
-                reply = await device.call(run.request.fields, run.request.size)
-                if turn >= SHARE_RETRIES or not share_full(reply) or slots.busy <= 1:
-                    return reply
-                if slots.shrink(slots.busy - 1):
-                    log.debug("calls_in_flight_limited", device=device.name, limit=slots.limit,
-                              reason="verld's share for the bridge is full")  # fmt: skip
-            finally:
-                slots.release()
-            turn += 1
-
-    def _send(self, answer: Answer, device: str) -> None:
-        if answer.code == "forbidden":
-            log.warning("call_refused", device=device, reply_to=answer.routes[0].topic)
-        for route in answer.routes:
-            if not self.outbox.reply(route.topic, answer.reply, route.correlation):
-                log.debug("reply_dropped", device=device, reason="the broker is not connected")
+            props = message.properties
+            self.dispatch.receive(
+                device,
+                payload,
+                response_topic=_prop(props, "ResponseTopic", str),
+                correlation=_prop(props, "CorrelationData", bytes),
+                expiry=_prop(props, "MessageExpiryInterval", int),
+            )
+        raise aiomqtt.MqttError("the connection ended")
 
 
 def _why(exc: BaseException) -> str:

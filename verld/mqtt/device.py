@@ -21,7 +21,7 @@ plus one (`hello`'s `device.window`: one call on the link at a time on `line`,
 waiting for it wait in the bridge, in turns; at most `MAX_IN_FLIGHT`. It is learned
 downwards too: a call verld refuses `busy` because the bridge's share is full
 (`share_full`) lowers it to the calls then in flight and waits for its next turn instead
-of failing (bridge.py). Each new verld connection starts again (a reload may have
+of failing (dispatch.py). Each new verld connection starts again (a reload may have
 changed the window or the share).
 
 A call must get its one reply even when the connection dies under it: the client
@@ -229,16 +229,17 @@ class Device:
         backoff = Backoff()
         while True:
             client = AsyncClient(self.socket_path)
-            try:
+            try:  # (closed however this ends, cancelled too: its reader task with it)
                 hello, status = await self._open(client)
             except (ClientError, OSError, ValueError, TimeoutError) as exc:
+                reason = _reason(exc)
+            else:
+                backoff.reset()
+                await self._follow(client, hello, status)
+                reason = self._reason
+            finally:
                 await client.close()
-                self._unreachable(_reason(exc), backoff.next())
-                await asyncio.sleep(backoff.current)
-                continue
-            backoff.reset()
-            await self._follow(client, hello, status)
-            self._unreachable(self._reason, backoff.next())
+            self._unreachable(reason, backoff.next())
             await asyncio.sleep(backoff.current)
 
     async def _open(self, client: AsyncClient) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -252,7 +253,8 @@ class Device:
     async def _follow(
         self, client: AsyncClient, hello: dict[str, Any], status: dict[str, Any]
     ) -> None:
-        """Serve one connection until verld closes it, or stops answering `status`."""
+        """Serve one connection until verld closes it, or stops answering `status` (the
+        caller closes the client)."""
         conn = self._conn = _Connection(client, asyncio.get_running_loop().create_future())
         device = hello.get("device")
         window = device.get("window") if isinstance(device, dict) else None
@@ -283,7 +285,6 @@ class Device:
                 except Exception as exc:  # a bug: logged, and the connection starts over
                     log.error("device_task_crashed", device=self.name, error=repr(exc),
                               exc_info=exc)  # fmt: skip
-            await client.close()
 
     def _unreachable(self, reason: str, retry_in: float) -> None:
         """Logged once per outage (then at DEBUG); the state says `unreachable`."""

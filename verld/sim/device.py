@@ -3,11 +3,12 @@
 Strategy: a `Device` takes bytes read from the link and the current time and
 returns `Timed` chunks — bytes to write no earlier than `due`. A per-codec
 *personality* (`VerlPersonality`, `LengthPersonality`, `LinePersonality`, and the
-Modbus ones in `verld.sim.modbus`) splits
-the input into requests, runs each command and encodes the reply and events;
-the `Device` applies the faults (hang, drop, latency/jitter, garbage, corrupt)
-around that, so they behave the same on every codec. The I/O loop owns the
-clock, the write buffer and baud pacing.
+Modbus ones in `verld.sim.modbus`; the protocol is `verld.sim.personality`) splits
+the input into requests with its codec's device side, runs each command and
+encodes the reply and events the same way; the `Device` applies the faults
+(hang, drop, latency/jitter, garbage, corrupt) around that, so they behave the
+same on every codec. The I/O loop owns the clock, the write buffer and baud
+pacing.
 
 Replies on `verl` carry a seq, so each is scheduled on its own and a delayed
 call does not hold back a fast one. `length` and `line` have no seq: their
@@ -23,20 +24,27 @@ import random
 import struct
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
+from verld.codec import verl
 from verld.codec.length import LengthDecoder
 from verld.codec.length import encode as length_encode
 from verld.codec.line import LineSplitter
-from verld.codec.verl import FrameDecoder, encode_frame
+from verld.codec.registry import spec
 from verld.sim.faults import Counters, Faults
+from verld.sim.modbus import ModbusRtuPersonality, ModbusSlave, ModbusTcpPersonality
 from verld.sim.nmea import Fix, fix_sentences
-
-IDENTITY = b"verld-sim 0.1.0"
-REQUEST, REPLY, EVENT = 0x11, 0x12, 0x13
-OK, FAILED, REJECTED = 0x00, 0xFF, 0xFE
-MAX_COUNT = 65535  #: most events / lines one command may ask for (u16 on the binary codecs)
-MAX_FIXES = 3600  #: most fixes one `NMEA n` may ask for (an hour at 1 Hz, about 750 KB)
+from verld.sim.personality import (
+    FAILED,
+    IDENTITY,
+    MAX_COUNT,
+    MAX_FIXES,
+    OK,
+    REJECTED,
+    Personality,
+    Request,
+    Response,
+)
 
 
 class Timed(NamedTuple):
@@ -44,46 +52,6 @@ class Timed(NamedTuple):
 
     due: float
     data: bytes
-
-
-class Request(NamedTuple):
-    """One request as split from the input: its seq (verl only) and payload."""
-
-    seq: int
-    payload: bytes
-
-
-class Response(NamedTuple):
-    """What a command produces: wire chunks of the reply, then of its events."""
-
-    delay_ms: int
-    reply: list[bytes]
-    events: list[bytes]
-
-
-class Personality(Protocol):
-    """How one codec frames requests, runs commands and encodes answers."""
-
-    @property
-    def pipelined(self) -> bool:
-        """True when replies carry a seq and so may go out of request order."""
-        ...
-
-    @property
-    def bad_frames(self) -> int:
-        """Input dropped as noise."""
-        ...
-
-    @property
-    def oversize(self) -> int:
-        """Requests above max_payload."""
-        ...
-
-    def decode(self, data: bytes) -> list[Request]: ...
-    def respond(self, request: Request) -> Response: ...
-    def encode_event(self, payload: bytes) -> bytes: ...
-    def corrupt(self, chunk: bytes, rng: random.Random) -> bytes: ...
-    def reset(self) -> None: ...
 
 
 # --- the command set ---------------------------------------------------------
@@ -162,43 +130,40 @@ def _flip(chunk: bytes, candidates: list[int], rng: random.Random) -> bytes:
 
 
 class VerlPersonality:
-    """COBS frames with seq and CRC; oversize requests are dropped and counted."""
+    """COBS frames with seq and CRC (`verld.codec.verl`'s device side)."""
 
     pipelined = True
 
     def __init__(self, max_payload: int) -> None:
         self.max_payload = max_payload
-        self.oversize = 0
-        self._decoder = FrameDecoder(max_payload, frozenset({REQUEST}))
+        self._requests = verl.RequestDecoder(max_payload)
 
     @property
     def bad_frames(self) -> int:
-        return self._decoder.bad_frames
+        return self._requests.bad_frames
+
+    @property
+    def oversize(self) -> int:
+        return self._requests.oversize
 
     def decode(self, data: bytes) -> list[Request]:
-        requests = []
-        for frame in self._decoder.feed(data):
-            if len(frame.payload) > self.max_payload:
-                self.oversize += 1
-                continue
-            requests.append(Request(frame.seq, frame.payload))
-        return requests
+        return [Request(seq, payload) for seq, payload in self._requests.feed(data)]
 
     def respond(self, request: Request) -> Response:
         status, data, delay, count = run_binary(request.payload)
-        reply = encode_frame(REPLY, request.seq, bytes([status]) + data)
+        reply = verl.encode_reply(request.seq, status, data)
         events = [self.encode_event(event_payload(i)) for i in range(count)]
         return Response(delay, [reply], events)
 
     def encode_event(self, payload: bytes) -> bytes:
-        return encode_frame(EVENT, 0, payload)
+        return verl.encode_event(payload)
 
     def corrupt(self, chunk: bytes, rng: random.Random) -> bytes:
         # A flipped non-zero byte that stays non-zero keeps the framing: the CRC catches it.
         return _flip(chunk, [i for i, b in enumerate(chunk) if b], rng)
 
     def reset(self) -> None:
-        self._decoder.reset()
+        self._requests.reset()
 
 
 class LengthPersonality:
@@ -382,17 +347,12 @@ def make_personality(
     units: tuple[int, ...] = (1,),
 ) -> Personality:
     """The personality for a codec name; `units`: the Modbus units served."""
-    if codec == "verl":
-        return VerlPersonality(max_payload)
-    if codec == "length":
-        return LengthPersonality(max_payload)
-    if codec == "line":
+    found = spec(codec)
+    if found.bus:
+        slave = ModbusSlave(units, broadcast=found.rtu)
+        return ModbusRtuPersonality(slave) if found.rtu else ModbusTcpPersonality(slave)
+    if found.text:
         return LinePersonality(max_payload, terminator, b"\r\n" if crlf else terminator)
-    if codec in ("modbus-rtu", "modbus-tcp"):
-        from verld.sim import modbus  # it builds on this module's Request and Response
-
-        slave = modbus.ModbusSlave(units, broadcast=codec == "modbus-rtu")
-        if codec == "modbus-rtu":
-            return modbus.ModbusRtuPersonality(slave)
-        return modbus.ModbusTcpPersonality(slave)
-    raise ValueError(f"unknown codec {codec!r}")
+    if found.pipelined:  # replies carry a seq: verl
+        return VerlPersonality(max_payload)
+    return LengthPersonality(max_payload)

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 import structlog
 
 from verld import __version__
+from verld.codec.modbus import MAX_RTU_UNIT
+from verld.codec.registry import CODECS, spec
 from verld.sim.device import Device, LinePersonality, make_personality
 from verld.sim.faults import (
     Counters,
@@ -30,7 +32,6 @@ from verld.sim.ports import Port, PtyPort, TcpPort
 
 T = TypeVar("T")
 
-CODECS = ("verl", "length", "line", "modbus-rtu", "modbus-tcp")
 MAX_NMEA_HZ = 1000.0  #: fastest --nmea rate (real receivers do 1..25 Hz)
 
 
@@ -56,7 +57,7 @@ def _where_options() -> tuple[Option, ...]:
 def _device_options() -> tuple[Option, ...]:
     """What the device speaks, and its control socket."""
     return (
-        _opt("--codec", choices=CODECS, default="verl",
+        _opt("--codec", choices=tuple(CODECS), default="verl",
              help="link codec; modbus-rtu / modbus-tcp make it a Modbus slave (see --units)"),
         _opt("--max-payload", metavar="N", type=_positive, default=4096),
         _opt("--terminator", metavar="TEXT", type=_terminator, default=b"\n",
@@ -128,9 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the simulator until SIGTERM/SIGINT; the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.codec == "modbus-rtu" and not all(1 <= unit <= 247 for unit in args.units):
+    codec = spec(args.codec)
+    if codec.rtu and not all(1 <= unit <= MAX_RTU_UNIT for unit in args.units):
         parser.error("--units: modbus-rtu serves units 1..247 (0 is the broadcast address)")
-    if args.nmea and args.codec != "line":
+    if args.nmea and not codec.text:
         parser.error(f"--nmea: NMEA sentences are lines: it needs --codec line, not {args.codec}")
     _configure_logging(args.verbose)
     faults = Faults(

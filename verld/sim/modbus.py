@@ -4,17 +4,14 @@ Strategy: `ModbusSlave` is the register map of every served unit and answers
 one request (unit + PDU) with one response (unit + PDU), or None: a unit it
 does not serve stays silent, like an offline slave on the bus. The two
 personalities (`ModbusRtuPersonality`, `ModbusTcpPersonality`) only frame: they
-split the input into requests with the codec helpers of `verld.codec.modbus`
+split the input into requests with the codecs' device side (`verld.codec.modbus`)
 and wrap each response again, so the `Device` applies the faults (hang, drop,
 latency/jitter, garbage, corrupt) as on every other codec.
 
 RTU has no delimiter and the sim no 3.5-character timer: a request ends where
-its function code says (`rtu_request_length`); for a function code whose
-request length is unknown, the first position whose CRC matches ends it. A
-frame with a bad CRC loses its first byte and the hunt goes on; each run of
-dropped bytes counts as one bad frame. TCP is framed by the MBAP length; a
-protocol id other than 0 or a length outside 2..254 drops what is buffered and
-counts a bad frame.
+its function code says, or at the first matching CRC (`RtuRequestScanner`). TCP
+is framed by the MBAP length (`MbapSplitter`); a protocol id other than 0 or a
+length outside 2..254 drops what is buffered and counts a bad frame.
 
 Each unit holds `SIZE` coils, discrete inputs, holding and input registers,
 initially: coil i = i % 2, discrete input i = (i // 2) % 2, holding register
@@ -27,8 +24,8 @@ import random
 import struct
 from collections.abc import Iterable
 
-from verld.codec.modbus import MAX_PDU, crc16, mbap_frame, rtu_frame, rtu_request_length
-from verld.sim.device import Request, Response
+from verld.codec.modbus import MbapSplitter, RtuRequestScanner, mbap_frame, rtu_frame
+from verld.sim.personality import Request, Response
 
 __all__ = [
     "ILLEGAL_ADDRESS",
@@ -46,9 +43,6 @@ SIZE = 100  #: coils, discrete inputs, holding and input registers per unit
 ILLEGAL_FUNCTION, ILLEGAL_ADDRESS, ILLEGAL_VALUE = 0x01, 0x02, 0x03
 MAX_READ_BITS, MAX_READ_REGISTERS = 2000, 125
 MAX_WRITE_BITS, MAX_WRITE_REGISTERS = 1968, 123
-MAX_RTU_FRAME = 1 + MAX_PDU + 2  #: unit + PDU + CRC
-_MIN_RTU_FRAME = 4  #: unit + fc + CRC
-_MBAP = struct.Struct(">HHH")  #: transaction id, protocol id, length (the unit follows)
 _ADDR_COUNT = struct.Struct(">HH")
 
 
@@ -218,50 +212,14 @@ class ModbusRtuPersonality:
 
     def __init__(self, slave: ModbusSlave) -> None:
         self.slave = slave
-        self.bad_frames = 0
-        self._buf = bytearray()
-        self._noise = False  #: a run of dropped bytes is being counted (as one)
+        self._requests = RtuRequestScanner()
+
+    @property
+    def bad_frames(self) -> int:
+        return self._requests.bad_frames
 
     def decode(self, data: bytes) -> list[Request]:
-        self._buf += data
-        requests: list[Request] = []
-        buf = self._buf
-        while len(buf) >= 2:
-            length = self._length(buf)
-            if length is None:
-                break  # need more bytes
-            if length < 0:
-                self._drop()  # no frame can start here
-                continue
-            frame = buf[:length]
-            if crc16(frame[:-2]) != frame[-2] | frame[-1] << 8:
-                self._drop()
-                continue
-            requests.append(Request(0, bytes(frame[:-2])))
-            del buf[:length]
-            self._noise = False
-        return requests
-
-    def _length(self, buf: bytearray) -> int | None:
-        """The length of the frame starting `buf`; None: need more bytes; -1: impossible."""
-        length = rtu_request_length(buf)
-        if length is None and rtu_request_length(bytes(buf[:2]) + bytes(12)) is not None:
-            return None  # a known function code: its length needs more bytes
-        if length is None:
-            # An unknown function code: the first CRC that matches ends it.
-            for end in range(_MIN_RTU_FRAME, min(len(buf), MAX_RTU_FRAME) + 1):
-                if crc16(buf[: end - 2]) == buf[end - 2] | buf[end - 1] << 8:
-                    return end
-            return -1 if len(buf) >= MAX_RTU_FRAME else None
-        if not _MIN_RTU_FRAME <= length <= MAX_RTU_FRAME:
-            return -1
-        return length if len(buf) >= length else None
-
-    def _drop(self) -> None:
-        del self._buf[:1]
-        if not self._noise:
-            self._noise = True
-            self.bad_frames += 1
+        return [Request(0, body) for body in self._requests.feed(data)]
 
     def respond(self, request: Request) -> Response:
         answer = self.slave.handle(request.payload)
@@ -274,8 +232,7 @@ class ModbusRtuPersonality:
         return _flip(chunk, 0, rng)  # any byte: the CRC catches it
 
     def reset(self) -> None:
-        self._buf.clear()
-        self._noise = False
+        self._requests.reset()
 
 
 class ModbusTcpPersonality:
@@ -287,22 +244,12 @@ class ModbusTcpPersonality:
     def __init__(self, slave: ModbusSlave) -> None:
         self.slave = slave
         self.bad_frames = 0
-        self._buf = bytearray()
+        self._requests = MbapSplitter()
 
     def decode(self, data: bytes) -> list[Request]:
-        buf = self._buf
-        buf += data
-        requests: list[Request] = []
-        while len(buf) >= 6:
-            tid, protocol, length = _MBAP.unpack_from(buf)
-            if protocol != 0 or not 2 <= length <= 1 + MAX_PDU:
-                self.bad_frames += 1  # out of step: start afresh
-                buf.clear()
-                break
-            if len(buf) < 6 + length:
-                break
-            requests.append(Request(tid, bytes(buf[6 : 6 + length])))
-            del buf[: 6 + length]
+        requests = [Request(tid, body) for tid, body in self._requests.feed(data)]
+        if self._requests.malformed is not None:  # out of step: it starts afresh
+            self.bad_frames += 1
         return requests
 
     def respond(self, request: Request) -> Response:
@@ -316,4 +263,4 @@ class ModbusTcpPersonality:
         return _flip(chunk, 7, rng)  # a PDU byte after the function code: framing stays
 
     def reset(self) -> None:
-        self._buf.clear()
+        self._requests.reset()

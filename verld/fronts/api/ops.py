@@ -12,8 +12,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from verld import API_VERSION, __version__, wire
-from verld.calls import Call, CallResult
-from verld.codec.select import device_ping
+from verld.calls import CallResult
 from verld.config import Config
 from verld.errors import ApiError, ErrorCode
 from verld.fronts.api.conn import ClientConn
@@ -34,11 +33,7 @@ class OpContext(Protocol):
     fanout: Fanout
     leases: Leases
     inhibits: Inhibits
-    on_reload: Callable[[], list[str]] | None
-
-    def status(self) -> dict[str, Any]: ...
-
-    def metrics_text(self) -> str: ...
+    text: bool  #: call replies carry `text` (the line codec)
 
 
 Handler = Callable[[OpContext, ClientConn, wire.Request], None]
@@ -57,33 +52,29 @@ def _ok(conn: ClientConn, req: wire.Request, **fields: Any) -> None:
 def call(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
     """Submit the call; answer on `conn` when it ends (the per-call hot path)."""
     payload, timeout, retry, wait = wire.call_fields(req)
-    dev = api.cfg.device
-    if len(payload) > dev.max_payload:
+    max_payload = api.cfg.device.max_payload
+    if len(payload) > max_payload:
         raise ApiError(
             ErrorCode.TOO_LARGE,
-            f"data of {len(payload)} bytes exceeds max_payload ({dev.max_payload})",
+            f"data of {len(payload)} bytes exceeds max_payload ({max_payload})",
             req.id,
         )
-    req_id, text_codec, outcomes = req.id, dev.codec == "line", api.counts.outcomes
+    req_id, text, core = req.id, api.text, api.core
 
     def done(result: CallResult) -> None:
-        outcome = result.error or "ok"
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if conn.closed:
             return
-        if result.error is None and not text_codec:
+        if result.error is None and not text:
             conn.write(wire.ok_call_reply(req_id, 0, result.data, result.ms, result.generation))
         else:
-            conn.write(wire.encode(wire.call_reply(req_id, result, text=text_codec)))
+            conn.write(wire.encode(wire.call_reply(req_id, result, text=text)))
 
-    api.core.submit(
-        Call(conn, payload, done, timeout=timeout or dev.timeout,
-             retry=dev.retry if retry is None else retry, wait=wait, req_id=req_id)
-    )  # fmt: skip
+    core.submit(core.make_call(api.counts, conn, payload, done, timeout=timeout, retry=retry,
+                               wait=wait, req_id=req_id))  # fmt: skip
 
 
 def status(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
-    conn.send({"id": req.id, "ok": True, **api.status()})
+    conn.send({"id": req.id, "ok": True, **api.core.status()})
 
 
 def hello(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
@@ -91,13 +82,13 @@ def hello(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
     if name is not None and not isinstance(name, str):
         raise ApiError(ErrorCode.BAD_REQUEST, "'client' must be a string", req.id)
     conn.name = (name or "")[:128]
-    session, dev = api.core.session, api.cfg.device
-    ping = device_ping(api.cfg)
+    core, dev = api.core, api.cfg.device
+    ping = core.spec.device_ping(api.cfg)
     device = {
-        "port": session.port,
+        "port": core.port,
         "codec": dev.codec,
         "max_payload": dev.max_payload,
-        "window": session.window.size,
+        "window": core.window,
         "ping": None if ping is None else ping.hex(),
     }
     _ok(
@@ -126,7 +117,7 @@ def logs(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
 
 
 def metrics(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
-    _ok(conn, req, text=api.metrics_text())
+    _ok(conn, req, text=api.core.metrics_text())
 
 
 def reconnect(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
@@ -135,10 +126,11 @@ def reconnect(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
 
 
 def reload(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
-    if api.on_reload is None:
+    reload_config = api.core.reload_config
+    if reload_config is None:
         raise ApiError(ErrorCode.UNKNOWN_OP, "reload is not available", req.id)
     try:
-        changed = api.on_reload()
+        changed = reload_config()
     except Exception as exc:
         raise ApiError(ErrorCode.BAD_CONFIG, str(exc), req.id) from None
     _ok(conn, req, changed=changed)
@@ -153,8 +145,9 @@ def lease(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
         or not (1 <= seconds <= limit)
     ):
         raise ApiError(ErrorCode.BAD_REQUEST, f"'seconds' must be a number 1..{limit:g}", req.id)
-    if api.core.inhibited:
-        raise ApiError(ErrorCode.BUSY, api.core.session.inhibited_by or "inhibited", req.id)
+    inhibited_by = api.core.inhibited_by
+    if inhibited_by is not None:
+        raise ApiError(ErrorCode.BUSY, inhibited_by or "inhibited", req.id)
     _ok(conn, req, lease=api.leases.take(conn, seconds, req.id), seconds=seconds)
 
 

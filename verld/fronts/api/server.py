@@ -5,7 +5,9 @@ hands them here; `request` parses one (`wire`), looks its op up in the one table
 (`ops.OPS`: role and handler) and runs it. Calls go to the core with a callback
 that answers the asking connection only; events go out through `fanout.Fanout`,
 leases are `leases.Leases`. This module owns the listening socket and the set of
-connected clients (limits and roles at connect, re-evaluated after a reload).
+connected clients (limits and roles at connect, re-evaluated after a reload); it is
+a `Front` like the others: claim (the socket's lock, unless systemd passed the
+socket), start, reload, status (its keys: clients, lease, ...), close.
 """
 
 from __future__ import annotations
@@ -13,23 +15,21 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
-from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from verld import wire
-from verld.config import Config, tcp_target
-from verld.errors import ApiError, ErrorCode
+from verld.codec.registry import spec_of
+from verld.config import Config
+from verld.errors import ApiError, ErrorCode, ServeError, SocketInUse
 from verld.fronts.api.conn import ApiStats, ClientConn
 from verld.fronts.api.fanout import Fanout
 from verld.fronts.api.inhibit import Inhibits
 from verld.fronts.api.leases import Leases
 from verld.fronts.api.ops import OPS
-from verld.fronts.base import Core
-from verld.logs import RING
-from verld.metrics import prometheus_text
+from verld.fronts.base import CannotServe, Core
+from verld.logs import RING, level_enabled
 from verld.ownership import Lock
 from verld.roles import role_for
 from verld.sockfile import claim_socket, clear_stale_socket, set_group
@@ -40,48 +40,59 @@ log = structlog.get_logger("verld.server")
 class ApiServer:
     """The API front over one core."""
 
-    def __init__(
-        self, cfg: Config, core: Core, *, on_reload: Callable[[], list[str]] | None = None
-    ) -> None:
+    name = "api"
+
+    def __init__(self, cfg: Config, core: Core) -> None:
         self.cfg = cfg
         self.core = core
-        self.counts = core.front("api")
+        self.counts = core.front(self.name)
         self.stats = ApiStats()
         self.fanout = Fanout(core)
         self.leases = Leases(core)
         self.inhibits = Inhibits(core)
         self.clients: set[ClientConn] = set()
-        self.started = time.time()
-        self.on_reload = on_reload
-        self.on_clients_changed: Callable[[], None] | None = None
-        #: other fronts' parts of `status` ("modbus": the Modbus TCP front's), by key
-        self.extra_status: dict[str, Callable[[], Any]] = {}
-        self.debug = False
+        self.debug = level_enabled(cfg.log.level)
+        self.text = spec_of(cfg).text  #: replies carry `text` (the line codec)
         self._serial = 0
         self._server: asyncio.AbstractServer | None = None
         self._owned_path: tuple[str, int, int] | None = None
         self._lock: Lock | None = None  #: SOCKET.lock while we own api.socket
-        core.listeners.append(self.fanout)
-        RING.listener = self.fanout.log_record
+        self._passed: socket.socket | None = None  #: the socket systemd passed, if any
 
     # --- listening ------------------------------------------------------------------
     def _new_conn(self) -> ClientConn:
         self._serial += 1
         return ClientConn(self, self._serial)
 
-    async def start(
-        self, listen_sock: socket.socket | None = None, *, lock: Lock | None = None
-    ) -> None:
-        """Serve the given (socket-activated) socket, or bind `api.socket`, owning it
-        by `lock` (`sockfile.claim_socket`'s, taken here when not given; `close`
-        releases it, and removes the file once bound, even when `start` failed after
-        the bind). `SocketInUse` or OSError when it cannot."""
+    async def claim(self) -> None:
+        """The socket systemd passed, else `api.socket`'s lock (`sockfile.claim_socket`):
+        `CannotServe` when another process serves that path."""
+        self._passed = self.core.take_socket("api")
+        if self._passed is None and self._lock is None:
+            try:
+                self._lock = claim_socket(self.cfg.api.socket)
+            except SocketInUse as exc:
+                raise CannotServe(str(exc), socket=self.cfg.api.socket) from None
+
+    async def start(self) -> None:
+        """Serve the passed socket, or bind `api.socket` (claimed here if `claim` was
+        not called; `close` releases the lock, and removes the file once bound, even
+        when `start` failed after the bind). `CannotServe` when it cannot."""
+        self.core.listeners.append(self.fanout)
+        RING.listener = self.fanout.log_record
+        try:
+            await self._listen()
+        except (OSError, ServeError) as exc:  # SocketInUse included
+            raise CannotServe(str(exc), socket=self.cfg.api.socket) from None
+
+    async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
-        if listen_sock is not None:
-            self._server = await loop.create_unix_server(self._new_conn, sock=listen_sock)
+        if self._passed is not None:
+            self._server = await loop.create_unix_server(self._new_conn, sock=self._passed)
             return
         path = self.cfg.api.socket
-        self._lock = lock if lock is not None else claim_socket(path)
+        if self._lock is None:
+            self._lock = claim_socket(path)
         clear_stale_socket(path)  # (a leftover: nobody holds its lock)
         self._server = await loop.create_unix_server(self._new_conn, path=path)
         st = os.stat(path)
@@ -90,13 +101,21 @@ class ApiServer:
         if self.cfg.api.group is not None:
             set_group(path, self.cfg.api.group)
 
-    async def stop_accepting(self) -> None:
+    def reload(self, cfg: Config, changed: list[str]) -> None:
+        """The new settings; every connected client gets the role they give it
+        (`api.socket` itself needs a restart)."""
+        self.cfg = cfg
+        self.debug = level_enabled(cfg.log.level)
+        self.text = spec_of(cfg).text
+        self.reevaluate_roles()
+
+    def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
 
     async def close(self) -> None:
         """Close every client and remove the socket file we created."""
-        await self.stop_accepting()
+        self.stop_accepting()
         await self.inhibits.close()
         for conn in list(self.clients):
             conn.close()
@@ -138,8 +157,7 @@ class ApiServer:
             client_gid=conn.gid,
             role=role,
         )
-        if self.on_clients_changed is not None:
-            self.on_clients_changed()
+        self.core.clients_changed()
 
     def _refuse(self, conn: ClientConn, limit: str, code: ErrorCode, message: str) -> None:
         reason = "no role" if limit == "no_role" else limit
@@ -168,8 +186,7 @@ class ApiServer:
         self.inhibits.end(conn, "holder disconnected")
         self.core.forget(conn)
         log.info("client_disconnected", client=repr(conn), client_pid=conn.pid)
-        if self.on_clients_changed is not None:
-            self.on_clients_changed()
+        self.core.clients_changed()
 
     # --- requests ---------------------------------------------------------------------
     def request(self, conn: ClientConn, body: bytes) -> None:
@@ -195,38 +212,21 @@ class ApiServer:
 
     def requests(self, conn: ClientConn, bodies: list[bytes]) -> None:
         """A burst of messages from one read: their calls go to the device in one write."""
-        self.core.hold()
-        try:
+        with self.core.burst():
             for body in bodies:
                 if conn.closed:
                     break
                 self.request(conn, body)
-        finally:
-            self.core.flush()
 
-    # --- status and metrics ------------------------------------------------------------------
+    # --- figures ------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        st = self.core.status()
-        st["uptime"] = round(time.time() - self.started, 3)
-        st["clients"] = len(self.clients)
-        st["lease"] = self.leases.status()
-        st["events_dropped"] = self.stats.events_dropped
-        st["limits_hit"] = dict(self.stats.limits_hit)
-        st["api_errors"] = dict(self.stats.api_errors)
-        st["inhibit"] = self.inhibits.status()
-        st["inhibits"] = self.core.inhibits
-        st["modbus"] = None  # (off)
-        for key, part in self.extra_status.items():
-            st[key] = part()
-        dev = self.cfg.device
-        if tcp_target(self.core.session.port) is None:  # serial: show the line settings
-            st["link"]["settings"] = (
-                f"{dev.baudrate} {dev.bytesize}{dev.parity[0].upper()}{dev.stopbits:g}"
-                + (" rtscts" if dev.rtscts else "")
-            )
-        return st
-
-    def metrics_text(self) -> str:
-        session = self.core.session
-        units = None if session.bus is None else session.bus.unit_calls()
-        return prometheus_text(self.status(), session.stats.latency, self.core.front_calls(), units)
+        """Its keys in `status`."""
+        return {
+            "clients": len(self.clients),
+            "lease": self.leases.status(),
+            "events_dropped": self.stats.events_dropped,
+            "limits_hit": dict(self.stats.limits_hit),
+            "api_errors": dict(self.stats.api_errors),
+            "inhibit": self.inhibits.status(),
+            "inhibits": self.core.inhibits,
+        }

@@ -1,23 +1,33 @@
 """The Modbus TCP server side, sans-I/O: MBAP requests in, responses and exceptions out.
 
 Strategy: `RequestDecoder.feed` splits a connection's bytes into `(transaction id,
-unit + PDU)` requests by the MBAP length field; a header that cannot be a Modbus
-TCP request (protocol id not 0, length outside 2..254) makes the stream unusable:
-`feed` raises `Malformed` and the connection is closed (its peer is not speaking
-Modbus TCP, or is out of step; nothing after it can be trusted). `answer` turns how
-a call ended into the response frame, mapping verld's errors to the gateway
-exceptions of the Modbus spec by cause (docs/modbus-gateway.md, section 3).
+unit + PDU)` requests with the codec's MBAP splitter (`verld.codec.modbus.tcp`); a
+header that cannot be a Modbus TCP request (protocol id not 0, length outside
+2..254) makes the stream unusable: `feed` raises `Malformed` and the connection is
+closed (its peer is not speaking Modbus TCP, or is out of step; nothing after it
+can be trusted). `answer` turns how a call ended into the response frame, mapping
+verld's errors to the gateway exceptions of the Modbus spec by cause
+(docs/modbus-gateway.md, section 3).
 """
 
 from __future__ import annotations
 
-import struct
-
 from verld.calls import CallResult
-from verld.codec.modbus import MAX_PDU, mbap_frame
-from verld.errors import ErrorCode
+from verld.codec.modbus import MbapSplitter, mbap_frame
+from verld.errors import ErrorCode, Malformed
 
-_MBAP = struct.Struct(">HHH")  #: transaction id, protocol id, length (the unit follows)
+__all__ = [
+    "ILLEGAL_FUNCTION",
+    "PATH_UNAVAILABLE",
+    "READS",
+    "SERVER_BUSY",
+    "TARGET_FAILED",
+    "Malformed",
+    "RequestDecoder",
+    "answer",
+    "exception_for",
+    "exception_frame",
+]
 
 ILLEGAL_FUNCTION = 0x01
 SERVER_BUSY = 0x06
@@ -27,36 +37,23 @@ TARGET_FAILED = 0x0B  #: gateway target device failed to respond
 READS = frozenset({0x01, 0x02, 0x03, 0x04})
 
 
-class Malformed(ValueError):
-    """The connection's byte stream is not Modbus TCP: close it."""
-
-
 class RequestDecoder:
     """One connection's requests, cut out of its byte stream by the MBAP header."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_splitter",)
 
     def __init__(self) -> None:
-        self._buf = bytearray()
+        self._splitter = MbapSplitter()
 
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        """The complete requests in `data` (and what was buffered): (tid, unit + PDU)."""
-        buf = self._buf
-        buf += data
-        out: list[tuple[int, bytes]] = []
-        pos, end = 0, len(buf)
-        while end - pos >= 6:
-            tid, protocol, length = _MBAP.unpack_from(buf, pos)
-            if protocol != 0:
-                raise Malformed(f"MBAP protocol id {protocol}, not 0")
-            if not 2 <= length <= 1 + MAX_PDU:
-                raise Malformed(f"MBAP length {length} is not in 2..{1 + MAX_PDU}")
-            if end - pos - 6 < length:
-                break
-            out.append((tid, bytes(buf[pos + 6 : pos + 6 + length])))
-            pos += 6 + length
-        del buf[:pos]
-        return out
+        """The complete requests in `data` (and what was buffered): (tid, unit + PDU).
+
+        Raises `Malformed` at a header that cannot be Modbus TCP.
+        """
+        requests = self._splitter.feed(data)
+        if self._splitter.malformed is not None:
+            raise Malformed(self._splitter.malformed)
+        return requests
 
 
 def exception_frame(tid: int, request: bytes, code: int) -> bytes:

@@ -1,11 +1,6 @@
 """Virtual serial ports: programs that only know a tty reach the device through a pty.
 
-`framing` is the sans-I/O device side of every codec (the program's requests in,
-replies and events out); the front that owns the ptys builds on it.
+`front.PortsFront` is the front (every `ports:` entry); `port.VirtualPort` one port,
+a pty edge (`pty.PtyPort`) around the program behind it (`verld.fronts.stream`).
+Nothing is imported here, so importing a submodule loads only what it needs.
 """
-
-from __future__ import annotations
-
-from verld.fronts.ports.framing import PortFraming, PortRequest, make_port_framing
-
-__all__ = ["PortFraming", "PortRequest", "make_port_framing"]

@@ -2,8 +2,8 @@
 
 `PtyPort` creates a pty pair, sets it raw, gives the device (slave) node its mode
 and group, and keeps a symlink `link` to that node; verld talks to the program
-through the master end, non-blocking. No codec logic here: the front feeds what
-`read` returns to `framing.py` and writes what it encodes.
+through the master end, non-blocking. No codec logic here: the port feeds what
+`read` returns to its stream (`verld.fronts.stream`) and writes what that encodes.
 
 The link is owned by a lock (`claim_link`: an flock on `LINK.lock`, see
 `verld.ownership`), taken before the pty is made and let go after the link is
@@ -45,8 +45,7 @@ Driving it from asyncio (what the front does):
   returns bytes, or b"" (spurious wake-up), or None (the program left).
 - On None: `loop.remove_reader(port.fd)` at once, since a detached master is
   readable (POLLHUP) for ever and a reader would busy-loop; then poll
-  `program_attached()` every `POLL_INTERVAL` seconds (`await
-  port.wait_for_program()` does exactly that) and add the reader back.
+  `program_attached()` (`port.ATTACH_POLL`) and add the reader back.
 - Before each write: `fix_termios()` (log once when it returns True), then
   `write(data)`: `DETACHED` means drop the bytes (count them `dropped`); a short
   count means the rest waits for `loop.add_writer(port.fd, ...)`, as in
@@ -55,7 +54,6 @@ Driving it from asyncio (what the front does):
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import fcntl
 import os
@@ -65,11 +63,9 @@ import stat
 import termios
 import tty
 
-from verld.errors import ServeError
+from verld.fronts.protocol import CannotServe
 from verld.ownership import Lock, LockHeld, acquire, lock_path
 
-#: seconds between `program_attached()` polls while no program has the port open
-POLL_INTERVAL = 0.5
 #: `write`'s answer when no program has the port open (nothing was written)
 DETACHED = -1
 
@@ -82,8 +78,13 @@ _HUP = select.POLLHUP | select.POLLERR | select.POLLNVAL
 _BAD_LFLAGS = termios.ECHO | termios.ECHONL | termios.ICANON
 
 
-class PortSetupError(ServeError):
-    """A virtual port cannot be created (bad link path, node permissions)."""
+class PortSetupError(CannotServe):
+    """A virtual port cannot be created (bad link path, node permissions); `fields`
+    name its `link`."""
+
+    def __init__(self, message: str, link: str) -> None:
+        super().__init__(message, link=link)
+        self.link = link
 
 
 class PtyPort:
@@ -131,11 +132,13 @@ class PtyPort:
         self._poller.register(self._master, select.POLLOUT)
 
     def _create_pty(self) -> tuple[int, str]:
-        gid = _resolve_gid(self.group)
+        gid = _resolve_gid(self.group, self.link)
         try:
             master, slave = os.openpty()  # non-inheritable; glibc opens the slave O_NOCTTY
         except OSError as exc:
-            raise PortSetupError(f"port {self.link}: cannot create a pty: {_why(exc)}") from None
+            raise PortSetupError(
+                f"port {self.link}: cannot create a pty: {_why(exc)}", self.link
+            ) from None
         try:
             path = os.ttyname(slave)
             tty.setraw(slave)
@@ -145,7 +148,7 @@ class PtyPort:
         except (OSError, termios.error) as exc:
             os.close(master)
             why = _why(exc) if isinstance(exc, OSError) else str(exc)
-            raise PortSetupError(f"port {self.link}: {why}") from None
+            raise PortSetupError(f"port {self.link}: {why}", self.link) from None
         finally:
             os.close(slave)  # keep none: an open slave fd hides the program's closes
         return master, path
@@ -160,9 +163,9 @@ class PtyPort:
         (the old ones stay) when they cannot be set."""
         if self._master >= 0:
             try:
-                _set_node(self._slave_path, mode, _resolve_gid(group))
+                _set_node(self._slave_path, mode, _resolve_gid(group, self.link))
             except OSError as exc:
-                raise PortSetupError(f"port {self.link}: {_why(exc)}") from None
+                raise PortSetupError(f"port {self.link}: {_why(exc)}", self.link) from None
         self.mode, self.group = mode, group
 
     def close(self) -> None:
@@ -258,11 +261,6 @@ class PtyPort:
         finally:
             os.close(peer)
 
-    async def wait_for_program(self, interval: float = POLL_INTERVAL) -> None:
-        """Return once a program has the port open, polling every `interval` s."""
-        while not self.program_attached():  # noqa: ASYNC110 (polling is the point: no event exists)
-            await asyncio.sleep(interval)
-
     def fix_termios(self) -> bool:
         """Clear ECHO, ECHONL and ICANON if the program set them on the shared termios.
 
@@ -332,16 +330,16 @@ def claim_link(link: str) -> Lock:
     """
     directory = os.path.dirname(os.path.abspath(link))
     if not os.path.isdir(directory):
-        raise PortSetupError(f"port {link}: directory {directory} does not exist")
+        raise PortSetupError(f"port {link}: directory {directory} does not exist", link)
     try:
         lock = acquire(link)
     except LockHeld as exc:
         raise PortSetupError(
-            f"port {link} belongs to {exc.holder}, which holds {exc.path}; not touching it"
+            f"port {link} belongs to {exc.holder}, which holds {exc.path}; not touching it", link
         ) from None
     except OSError as exc:
         raise PortSetupError(
-            f"port {link}: cannot lock {lock_path(link)}: {exc.strerror or exc}"
+            f"port {link}: cannot lock {lock_path(link)}: {exc.strerror or exc}", link
         ) from None
     try:
         _check_link(link)
@@ -359,8 +357,8 @@ def _check_link(link: str) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise PortSetupError(f"port {link}: {_why(exc)}") from None
-    raise PortSetupError(f"port {link}: exists and is not a link to a pty; not touching it")
+        raise PortSetupError(f"port {link}: {_why(exc)}", link) from None
+    raise PortSetupError(f"port {link}: exists and is not a link to a pty; not touching it", link)
 
 
 def _set_node(path: str, mode: int, gid: int) -> None:
@@ -380,7 +378,7 @@ def _why(exc: OSError) -> str:
     return text
 
 
-def _resolve_gid(group: str | int | None) -> int:
+def _resolve_gid(group: str | int | None, link: str) -> int:
     """The node's group: `group` (name or id), or the process's when None.
 
     Not `sockfile.set_group`: that logs a socket hint and carries on, but a pty
@@ -395,4 +393,4 @@ def _resolve_gid(group: str | int | None) -> int:
     try:
         return grp.getgrnam(group).gr_gid
     except KeyError:
-        raise PortSetupError(f"group {group!r} does not exist") from None
+        raise PortSetupError(f"group {group!r} does not exist", link) from None

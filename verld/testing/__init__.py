@@ -13,8 +13,10 @@ package (`from verld.testing import SimProc, DaemonProc, write_config`):
 - `DaemonProc`: verld as a subprocess, waited for until it listens (and, by
   default, until its link is up), with connected `verld.client.Client`s;
 - `wait_for`: poll a condition with a deadline;
-- `ManualClock`: a `verld.alarm.Clock` whose time moves only when told, so the
-  session's logic runs without any event loop (`advance` rings the timers due).
+- `ManualClock` and the session rig (`verld.testing.session`): a
+  `verld.alarm.Clock` whose time moves only when told, a fake transport and
+  device, and `SessionRig`, the one way tests drive a session and its supervisor
+  without ports or sleeps.
 
 Everything a helper starts is stopped by pid in its `stop()`; call it (a pytest
 fixture's teardown, a `finally`) and nothing leaks. Failures raise HarnessError,
@@ -27,8 +29,6 @@ Unix socket paths are limited to 107 bytes: give these helpers a short directory
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import json
 import os
 import signal
@@ -44,10 +44,12 @@ import yaml
 
 from verld.client import Client
 from verld.sim.launch import SimError, sim_command, wait_ready
+from verld.testing.clock import ManualClock
 
 __all__ = [
     "DaemonProc",
     "HarnessError",
+    "ManualClock",
     "SimProc",
     "sim_control",
     "sim_control_async",
@@ -319,47 +321,3 @@ class DaemonProc:
         code = stop_process(self.proc, sig, grace=10.0)
         self._log.close()
         return code
-
-
-class _Handle:
-    __slots__ = ("args", "callback", "cancelled")
-
-    def __init__(self, callback: Callable[..., object], args: tuple[Any, ...]) -> None:
-        self.callback, self.args, self.cancelled = callback, args, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class ManualClock:
-    """Time that moves only by `advance`; timers ring in time order (then FIFO)."""
-
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-        self._heap: list[tuple[float, int, _Handle]] = []
-        self._order = itertools.count()
-
-    def time(self) -> float:
-        return self.now
-
-    def call_at(self, when: float, callback: Callable[..., object], *args: Any) -> _Handle:
-        handle = _Handle(callback, args)
-        heapq.heappush(self._heap, (when, next(self._order), handle))
-        return handle
-
-    def call_soon(self, callback: Callable[..., object], *args: Any) -> _Handle:
-        return self.call_at(self.now, callback, *args)
-
-    def advance(self, seconds: float = 0.0) -> None:
-        """Move time forward by `seconds`, ringing every timer due on the way."""
-        end = self.now + seconds
-        while self._heap and self._heap[0][0] <= end:
-            when, _, handle = heapq.heappop(self._heap)
-            self.now = max(self.now, when)
-            if not handle.cancelled:
-                handle.callback(*handle.args)
-        self.now = end
-
-    def pending(self) -> int:
-        """Timers set and not cancelled."""
-        return sum(1 for _, _, h in self._heap if not h.cancelled)

@@ -1,0 +1,87 @@
+"""What every codec module declares: its traits and the factories of both its sides.
+
+A codec module ends with one `CodecSpec`; `verld.codec.registry` lists them by name.
+The factories read the config only through the small `Settings` protocols below
+(which `verld.config.Config` satisfies): the codecs sit below the config in the
+import order (the config's schema checks Modbus calls with `verld.codec.modbus`),
+and a test can hand a factory a bare stand-in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from verld.codec.base import LinkCodec, PortFraming
+
+
+class LineSettings(Protocol):
+    """`device.line`: what the `line` codec reads."""
+
+    @property
+    def terminator(self) -> str: ...
+    @property
+    def encoding(self) -> str: ...
+    @property
+    def end(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def event(self) -> str | None: ...
+
+
+class DeviceSettings(Protocol):
+    """`device`: what every codec reads."""
+
+    @property
+    def max_payload(self) -> int: ...
+    @property
+    def line(self) -> LineSettings: ...
+
+
+class HeartbeatSettings(Protocol):
+    """`heartbeat`: what the pings are made of."""
+
+    @property
+    def interval(self) -> float: ...
+    @property
+    def payload(self) -> str: ...
+
+
+class Settings(Protocol):
+    """The parts of the config a codec's factories read."""
+
+    @property
+    def device(self) -> DeviceSettings: ...
+    @property
+    def heartbeat(self) -> HeartbeatSettings: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CodecSpec:
+    """One codec: what it is like, and how to make each side of it."""
+
+    name: str
+    #: replies carry a seq (or transaction id): several calls may be on the link at
+    #: once, up to `device.window` (else one)
+    pipelined: bool
+    #: a program on a virtual port may have several requests outstanding, answered by
+    #: its own seqs in any order (verl); else the port serves it one call at a time
+    port_window: bool
+    #: a Modbus bus: units, offline units, broadcast, exception replies
+    bus: bool
+    #: silence ends frames (3.5 character times): modbus-rtu
+    rtu: bool
+    #: replies and events carry text (line)
+    text: bool
+    #: the device may send events
+    events: bool
+    #: the daemon side (requests out, replies and events in)
+    host: Callable[[Settings], LinkCodec]
+    #: the device side (requests in, replies and events out): virtual ports, the sim
+    device: Callable[[Settings], PortFraming]
+    #: what the handshake and heartbeat send (None: no handshake, heartbeat off)
+    ping: Callable[[Settings], bytes | None]
+    #: the device's ping whether or not the heartbeat is on (None: it has none)
+    device_ping: Callable[[Settings], bytes | None]

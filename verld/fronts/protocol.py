@@ -1,0 +1,91 @@
+"""What a front is to the daemon and to the core: the shapes, no machinery.
+
+`Front` is the small protocol the daemon drives every front by (claim, start,
+reload, stop accepting, status, close); `Listener` is what a front hears from the
+device through the core; `FrontCounts` its calls by outcome; `CannotServe` how a
+front says it cannot serve, naming what is in the way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from verld.config import Config
+from verld.errors import ServeError
+from verld.link import Transition
+
+
+class Listener(Protocol):
+    """What a front hears from the device and the link."""
+
+    def device_event(self, data: bytes, text: str | None, generation: int) -> None: ...
+
+    def link_event(self, transition: Transition) -> None: ...
+
+
+class Front(Protocol):
+    """A way in for programs (the JSON API, virtual ports, Modbus TCP, ...): the
+    daemon keeps a list of them (`verld.fronts.FRONTS`), each made as
+    `Front(cfg, core)`, and drives each through these steps only. Making one does
+    nothing outside it: no file, socket or lock until `claim`."""
+
+    #: what it is called ("api", "modbus", "ports")
+    name: str
+
+    async def claim(self) -> None:
+        """Take what another verld could own (a socket path's lock, a listen
+        address), before anything is created; raise `ServeError` (`CannotServe` to
+        name what is in the way) when it is taken."""
+        ...
+
+    async def start(self) -> None:
+        """Serve (claims made); raise `ServeError` (or OSError) when it cannot."""
+        ...
+
+    def reload(self, cfg: Config, changed: list[str]) -> None:
+        """Take a reloaded config (`changed`: its changed keys); any task this starts
+        is the front's own, and `close` ends it."""
+        ...
+
+    def stop_accepting(self) -> None:
+        """verld is stopping: take no new programs (stop listening); those connected
+        are still answered while the calls on the link finish, until `close`."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """Its keys in `status` (docs/protocol.md): the Modbus front's "modbus" (null
+        while it does not listen), the ports front's "ports", the API front's
+        "clients", "lease", ...; always the same keys."""
+        ...
+
+    async def close(self) -> None:
+        """Stop serving and remove what it made, claims included (safe before
+        `claim` and `start`, and twice)."""
+        ...
+
+
+class CannotServe(ServeError):
+    """A front cannot serve: the message says why, `fields` what (socket=PATH,
+    listen=HOST:PORT, link=PATH) for the log line; `exit_code` 2 for a setup that
+    cannot work until the config changes (systemd's unit does not restart on 2:
+    RestartPreventExitStatus=2), else 1."""
+
+    def __init__(self, error: str, *, exit_code: int = 1, **fields: str) -> None:
+        super().__init__(error)
+        self.fields, self.exit_code = fields, exit_code
+
+
+class FrontCounts:
+    """One front's calls by outcome ("ok" or the error code). A call made by
+    `Core.make_call` is counted by the session as it ends; `add` counts one the
+    front refused without submitting it."""
+
+    __slots__ = ("name", "outcomes")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.outcomes: dict[str, int] = {}
+
+    def add(self, outcome: str) -> None:
+        """Count a call that ended before reaching the core (refused by the front)."""
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1

@@ -1,0 +1,151 @@
+"""The session's receiving half: bytes from the device become replies and events.
+
+Strategy: the transport hands bytes to `link_data`; the codec decodes them into
+`Inbound` frames; a reply takes its call off the window (`Window.match`: no call,
+a stale reply, counted) and ends it through the session's `finish`, with the
+window refilled first so the device works on the next calls while the replies
+go out; an event goes to the listeners once the link is up. A stream out of step
+(`codec.desync`) loses the link. This is a mixin of `session.Session`, in its own
+module for size: its methods are the session's, on the session's state (declared
+below), with no layer per reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from verld.alarm import Alarm, Clock
+from verld.calls import Call, FairQueue
+from verld.codec.base import Inbound, Kind, LinkCodec
+from verld.link import Link, LinkState
+from verld.stats import Counters, Stats
+from verld.window import Window
+
+if TYPE_CHECKING:
+    from verld.discipline import Plain
+    from verld.timekeeper import Timekeeper
+
+log = structlog.get_logger("verld.session")
+
+_UP = LinkState.UP
+EventSink = Callable[[bytes, str | None, int], None]
+#: (dir "tx"/"rx", kind, seq, status, payload) for every frame: the `traffic` topic
+TrafficTap = Callable[[str, str, int | None, int | None, bytes], None]
+
+
+class Receiving:
+    """Replies and events in (mixed into `Session`)."""
+
+    clock: Clock
+    codec: LinkCodec
+    link: Link
+    line: Plain
+    window: Window
+    queue: FairQueue
+    stats: Stats
+    counters: Counters
+    timers: Timekeeper
+    _sweep: Alarm
+    _heard: Callable[[], None] | None
+    _on_event: EventSink
+    _traffic: TrafficTap | None
+    _debug: bool
+
+    def pump(self) -> None: ...
+    def hold(self) -> None: ...
+    def flush(self) -> None: ...
+    def lose(self, reason: str) -> None: ...
+    def finish(self, call: Call, error: str | None, message: str, status: int | None = None,
+               data: bytes = b"", text: str | None = None) -> None: ...  # fmt: skip
+
+    def link_data(self, data: bytes) -> None:
+        """Transport callback: bytes from the device."""
+        now = self.clock.time()
+        heard = self._heard
+        if heard is not None:
+            heard()  # (the RTU gap restarts)
+        if self.link.noise(now):
+            return  # after a timeout (no seqs): discarded until the line has been quiet
+        frames = self.codec.feed(data, bool(self.window))
+        if not frames and heard is not None:
+            self.line.unfinished()  # (a reply whose end only silence tells)
+        self.frames_in(frames, now)
+
+    def _line_quiet(self, frames: list[Inbound]) -> None:
+        """The line fell silent: the frames that ended, then the next calls."""
+        if frames:
+            self.frames_in(frames, self.clock.time())
+        self.pump()
+
+    def frames_in(self, frames: list[Inbound], now: float) -> None:
+        """Decoded frames: replies to their calls, events to the listeners."""
+        if frames:
+            if self._traffic is not None:
+                for f in frames:
+                    kind = "reply" if f.kind is Kind.REPLY else "event"
+                    self._traffic("rx", kind, f.seq, f.status, f.data)
+            self.counters.frames_rx += len(frames)
+            self.link.activity(now)
+            self._received(frames, now)
+        if self.codec.desync is not None:
+            self.stats.desyncs += 1
+            self.lose(f"stream out of step: {self.codec.desync}")
+
+    def _received(self, frames: list[Inbound], now: float) -> None:
+        """Free the window slots first and refill them in one write, so the device works
+        on the next calls while the replies go out to their clients."""
+        if len(frames) == 1 and frames[0].kind is Kind.REPLY:  # the common case
+            call = self._match(frames[0])
+            if call is not None:
+                if self.queue.waiting:
+                    self.pump()
+                self._complete(call, frames[0], now)
+            return
+        matched = [self._match(f) if f.kind is Kind.REPLY else None for f in frames]
+        self.pump()
+        self.hold()  # replies to pings may pump again: still one write
+        try:
+            for frame, call in zip(frames, matched, strict=True):
+                if call is not None:
+                    self._complete(call, frame, now)
+                elif frame.kind is not Kind.REPLY:  # (a reply without a call is stale)
+                    self._device_event(frame)
+        finally:
+            self.flush()
+
+    def _device_event(self, frame: Inbound) -> None:
+        if self.link.state is _UP:
+            self.counters.events += 1
+            self._on_event(frame.data, frame.text, self.link.generation)
+        else:  # before the handshake reply: left over from an earlier session
+            self.stats.early_events += 1
+
+    def _match(self, frame: Inbound) -> Call | None:
+        """The outstanding call a reply answers (taken off the link), or None: stale."""
+        call = self.window.match(frame.seq)
+        if call is None:
+            self.counters.stale += 1
+            if self._debug:
+                log.debug("stale_reply", seq=frame.seq)
+        return call
+
+    def _complete(self, call: Call, frame: Inbound, now: float) -> None:
+        """A matched reply: the call ends with the device's status and data."""
+        self.link.reply(now)
+        status = frame.status
+        error: str | None
+        if status == 0:
+            error, message = None, "ok"
+        else:
+            error, message = self.line.reply_error(status or 0)
+        self.finish(call, error, message, status, frame.data, frame.text)
+        if call.is_ping:
+            self.line.ping_answered(call)
+            if not self.window:
+                self._sweep.cancel()  # an idle link: no wake-up for a deadline long met
+            self.timers.arm_heartbeat()
+        if self.queue.waiting and self.queue.ready():
+            self.pump()
