@@ -22,11 +22,12 @@ from verld.codec.base import PortRequest
 from verld.codec.registry import spec_of
 from verld.config import Config, parse_config
 from verld.errors import OpenError
+from verld.fronts.base import Core
 from verld.link import Transition
 from verld.session import Session
 from verld.supervisor import Supervisor
 from verld.testing.clock import ManualClock, VirtualClockLoop, run_virtual
-from verld.transport import LinkHandler
+from verld.transport import LinkHandler, open_link
 
 __all__ = ["FakeDevice", "ManualClock", "SessionRig", "VirtualClockLoop", "Wire", "run_virtual"]
 
@@ -40,7 +41,8 @@ def echo(request: PortRequest) -> tuple[int, bytes] | None:
 
 
 class Wire:
-    """A LinkTransport whose far end is the codec's device side."""
+    """A LinkTransport whose far end is the codec's device side (`writes`: how many
+    writes the session made)."""
 
     def __init__(self, cfg: Config, handler: LinkHandler) -> None:
         self.framing = spec_of(cfg).device(cfg)
@@ -50,6 +52,7 @@ class Wire:
         self.write_backlog = 0
         self.closed = False
         self.requests: list[PortRequest] = []  #: written, not answered yet
+        self.writes = 0
         #: called with each request as it is written (a device that answers on its own)
         self.on_request: Callable[[PortRequest], None] | None = None
 
@@ -57,6 +60,7 @@ class Wire:
         if self.closed:
             return
         self.bytes_tx += len(data)
+        self.writes += 1
         for request in self.framing.feed(data) + self.framing.flush():
             self.requests.append(request)
             if self.on_request is not None:
@@ -82,8 +86,23 @@ class Wire:
         self.closed = True
 
 
+class _Heard:
+    """A `Listener` of the core keeping what the rig heard."""
+
+    def __init__(self, rig: SessionRig) -> None:
+        self.rig = rig
+
+    def device_event(self, data: bytes, text: str | None, generation: int) -> None:
+        self.rig.events.append((data, text, generation))
+
+    def link_event(self, transition: Transition) -> None:
+        self.rig.transitions.append(transition)
+
+
 class SessionRig:
-    """A session, its supervisor, a wire, and what they announced."""
+    """A session, its supervisor, a wire, and what they announced; with `core=True`
+    the session and supervisor are a real `Core`'s (`rig.core`), for testing fronts
+    over the core as the daemon builds it."""
 
     def __init__(
         self,
@@ -93,17 +112,25 @@ class SessionRig:
         port: str = "/dev/fake",
         rng: random.Random | None = None,
         opener: Any = None,
+        core: bool = False,
     ) -> None:
         self.cfg = parse_config(config) if isinstance(config, str) else config
         self.clock: Any = ManualClock() if clock is None else clock
         self.transitions: list[Transition] = []
         self.events: list[tuple[bytes, str | None, int]] = []
-        self.session = Session(
-            self.cfg, spec_of(self.cfg).host(self.cfg), port, clock=self.clock,
-            on_event=lambda *event: self.events.append(event),
-            on_link=self.transitions.append, rng=rng,
-        )  # fmt: skip
-        self.supervisor = Supervisor(self.session, opener) if opener else Supervisor(self.session)
+        if core:
+            self.core = Core(self.cfg, port, clock=self.clock, opener=opener or open_link,
+                             rng=rng)  # fmt: skip
+            self.core.listeners.append(_Heard(self))
+            # the rig runs the supervisor's steps itself: it drives the core's own parts
+            self.session, self.supervisor = self.core._session, self.core._supervisor
+        else:
+            self.session = Session(
+                self.cfg, spec_of(self.cfg).host(self.cfg), port, clock=self.clock,
+                on_event=lambda *event: self.events.append(event),
+                on_link=self.transitions.append, rng=rng,
+            )  # fmt: skip
+            self.supervisor = Supervisor(self.session, opener or open_link)
         self.lost = 0  #: losses the session reported (a dead heartbeat, a desync...)
         lose = self.supervisor.lose
 
