@@ -46,9 +46,11 @@ class Harness(SessionRig):
         super().__init__(config, clock=self.loop, port=port, rng=random.Random(1),
                          opener=self.device.open_link)  # fmt: skip
         self.timed: list[tuple[float, Transition]] = []
-        self.session.on_link = lambda t: self.timed.append((self.loop.time(), t))
         self.task: asyncio.Task[None] | None = None
         self.owner = object()
+
+    def _told(self, transition: Transition) -> None:
+        self.timed.append((self.loop.time(), transition))
 
     def start(self) -> None:
         self.task = self.loop.create_task(self.supervisor.run())

@@ -1,15 +1,17 @@
 """The link state machine: everything that decides the link's state lives here.
 
-Strategy: the machine does no I/O and reads no clock. The session tells it what
-happened (`attempt`, `opened`, `lost`, `reply`, `timed_out`, `activity`, `noise`)
-together with the time `now`, and reads back what to do: the state, when to try
-opening again, whether a heartbeat ping is due, what a timed-out try calls for
-(`AfterTimeout`), whether the quiet guard after a timeout still runs. It is the only
-writer of these fields; the session only reads them. Every cause of loss (open failure, hang-up,
-EIO, write error, dead heartbeat, codec desync) goes through `lost`, so they all
-take the same path: the session fails outstanding calls, announces the new state,
-and waits `retry_in` before the next attempt. The delay doubles up to a cap, with
-jitter, and resets once a link session comes up.
+Strategy: the machine does no I/O and reads no clock. The session and the
+supervisor tell it what happened (`attempt`, `opened`, `lost`, `reply`,
+`timed_out`, `activity`, `noise`, `begin_inhibit`/`inhibit`/`end_inhibit`,
+`begin_close`/`close`) together with the time `now`, and read back what to do: the
+state, whether calls are refused (inhibited, closing), when to try opening again,
+whether a heartbeat ping is due, what a timed-out try calls for (`AfterTimeout`),
+whether the quiet guard after a timeout still runs. It is the only writer of these
+fields; everyone else only reads them. Every cause of loss (open failure, hang-up,
+EIO, write error, dead heartbeat, codec desync) goes through `lost` (from
+`Supervisor.lose`), so they all take the same path: outstanding calls fail, the
+new state is announced, and the next attempt waits `retry_in`. The delay doubles
+up to a cap, with jitter, and resets once a link session comes up.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class LinkState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """What changed: the session announces it to `link` subscribers."""
+    """What changed: the supervisor announces it to `link` subscribers."""
 
     state: LinkState
     reason: str

@@ -31,7 +31,7 @@ from verld.codec.registry import spec_of
 from verld.config import Config
 from verld.discipline import Plain, discipline_for
 from verld.errors import ErrorCode
-from verld.link import Link, LinkState, Transition
+from verld.link import Link, LinkState
 from verld.receiving import EventSink, Receiving, TrafficTap
 from verld.stats import Stats
 from verld.timekeeper import Timekeeper
@@ -43,7 +43,6 @@ log = structlog.get_logger("verld.session")
 _new_tuple = tuple.__new__
 _UP = LinkState.UP
 
-LinkSink = Callable[[Transition], None]
 #: (dir, raw bytes) as read and written, garbage included: the `wire` topic
 WireTap = Callable[[str, bytes], None]
 
@@ -59,7 +58,6 @@ class Session(Receiving):
         *,
         clock: Clock,
         on_event: EventSink,
-        on_link: LinkSink,
         precise: Callable[[], float] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -67,8 +65,6 @@ class Session(Receiving):
         self._on_event = on_event
         #: the link is lost (the reason): the supervisor's `lose`
         self.on_lost: Callable[[str], None] = _nothing
-        #: a link transition to tell (the supervisor tells it, once: `outage.Outage`)
-        self.on_link = on_link
         #: fine-grained time (elapsed ms, the RTU gap): the loop's monotonic clock
         self.precise = clock.time if precise is None else precise
         self.link = Link.from_config(cfg, rng)

@@ -27,6 +27,7 @@ from verld.session import Session
 from verld.transport import LinkHandler, LinkTransport, open_link
 
 Opener = Callable[[DeviceConfig, str, LinkHandler, float], Awaitable[LinkTransport]]
+LinkSink = Callable[[Transition], None]
 Answered = Callable[[CallResult], None]
 
 
@@ -42,8 +43,9 @@ def _heard(nbytes: int, bad_frames: int) -> str:
 class Supervisor:
     """Keeps one session's link open."""
 
-    def __init__(self, session: Session, opener: Opener = open_link) -> None:
+    def __init__(self, session: Session, on_link: LinkSink, opener: Opener = open_link) -> None:
         self.session = session
+        self._on_link = on_link  #: a transition to tell (once per outage: `Outage`)
         self._open = opener
         self._outage = Outage()
         self._wake: asyncio.Future[None] | None = None
@@ -129,7 +131,7 @@ class Supervisor:
         log_transition(transition, port=s.port, retry_in=link.retry_in(now), level=told.level,
                        attempts=link.attempts, remind=told.remind)  # fmt: skip
         if told.event:
-            s.on_link(transition)
+            self._on_link(transition)
 
     # --- one attempt, waited for ---------------------------------------------------------
     async def _connect(self) -> bool:

@@ -90,14 +90,13 @@ class Core:
             cfg.device.port if port is None else port,
             clock=clock,
             on_event=self.device_event,
-            on_link=self.link_event,
             # a loop's time is the monotonic clock (to the ms on uvloop): elapsed times
             # and the RTU gap read that clock itself
             precise=time.monotonic if isinstance(clock, asyncio.AbstractEventLoop) else None,
             rng=rng,
         )
         self._session.started = self.started
-        self._supervisor = Supervisor(self._session, opener)
+        self._supervisor = Supervisor(self._session, self.link_event, opener)
         self._burst = Burst(self._session.hold, self._session.flush)
         #: submit(call): the call joins the fair queue; its `done` runs exactly once
         #: (maybe before this returns). The session's own method: no layer per call.

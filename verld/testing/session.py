@@ -127,10 +127,9 @@ class SessionRig:
         else:
             self.session = Session(
                 self.cfg, spec_of(self.cfg).host(self.cfg), port, clock=self.clock,
-                on_event=lambda *event: self.events.append(event),
-                on_link=self.transitions.append, rng=rng,
+                on_event=lambda *event: self.events.append(event), rng=rng,
             )  # fmt: skip
-            self.supervisor = Supervisor(self.session, opener or open_link)
+            self.supervisor = Supervisor(self.session, self._told, opener or open_link)
         self.lost = 0  #: losses the session reported (a dead heartbeat, a desync...)
         lose = self.supervisor.lose
 
@@ -140,6 +139,9 @@ class SessionRig:
 
         self.session.on_lost = lost
         self.wire = Wire(self.cfg, self.session)
+
+    def _told(self, transition: Transition) -> None:
+        self.transitions.append(transition)
 
     def connect(self, respond: Respond | None = echo) -> list[CallResult]:
         """The supervisor's steps of one attempt on `wire`: attempt, open, handshake
