@@ -12,7 +12,28 @@ from typing import Any
 import pytest
 from support import DaemonProc, SimProc, write_config
 
+from verld.testing import running, stop_leftovers
+
 VECTORS = Path(__file__).resolve().parent / "vectors"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Each phase's report, kept on the test (`_no_leftover_processes` reads it)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"report_{report.when}", report)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A sim or daemon a failed test started and did not stop (it failed before its
+    clean-up) is stopped after it: one failure leaves no process behind."""
+    before = running()
+    yield
+    report = getattr(request.node, "report_call", None)
+    if report is None or report.failed:
+        stop_leftovers(before)
 
 
 @pytest.fixture(scope="session")

@@ -335,7 +335,7 @@ class Fleet:
 
     def restart_daemon(self, name: str) -> None:
         d = self.tmp / name
-        self.daemons[name] = DaemonProc(d / "verld.yaml")
+        self.daemons[name] = DaemonProc(d / "verld.yaml", shared=True)  # (the fleet's)
 
     def stop(self) -> None:
         if self.bridge is not None:

@@ -736,12 +736,16 @@ class Rig:
         self.bridge: BridgeProc | None = None
         self.broker: Broker | None = None
         self.base = f"nb/{secrets.token_hex(3)}/{variant.replace(':', '-')}"
-        self.sim = SimProc(tmp, "--seed", str(seed), *v.sim_args(), codec=v.codec, tcp=v.tcp)
+        # shared: the pool keeps the rig across tests
+        self.sim = SimProc(
+            tmp, "--seed", str(seed), *v.sim_args(), codec=v.codec, tcp=v.tcp, shared=True
+        )
         self.good_port, self.nb_port = str(tmp / "good.tty"), str(tmp / "nb.tty")
         self.modbus_port = free_port() if v.family == "modbus" else None
         try:
             self.daemon = DaemonProc(
-                write_config(tmp, self.sim.address if v.tcp else self.sim.link, self.config())
+                write_config(tmp, self.sim.address if v.tcp else self.sim.link, self.config()),
+                shared=True,
             )
         except BaseException:
             self.sim.stop()

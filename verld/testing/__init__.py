@@ -19,8 +19,10 @@ package (`from verld.testing import SimProc, DaemonProc, write_config`):
   without ports or sleeps.
 
 Everything a helper starts is stopped by pid in its `stop()`; call it (a pytest
-fixture's teardown, a `finally`) and nothing leaks. Failures raise HarnessError,
-an AssertionError, so a test meeting one fails rather than errors.
+fixture's teardown, a `finally`) and nothing leaks. As a safety net for a test that
+fails before its clean-up, `running()` and `stop_leftovers(before)` stop whatever
+was started since (verld's own suite does so after every test). Failures raise
+HarnessError, an AssertionError, so a test meeting one fails rather than errors.
 
 Unix socket paths are limited to 107 bytes: give these helpers a short directory
 (`tempfile.mkdtemp()`; pytest's `tmp_path` is usually short enough).
@@ -51,8 +53,10 @@ __all__ = [
     "HarnessError",
     "ManualClock",
     "SimProc",
+    "running",
     "sim_control",
     "sim_control_async",
+    "stop_leftovers",
     "stop_process",
     "wait_for",
     "write_config",
@@ -81,10 +85,34 @@ def wait_for(
     raise HarnessError(f"timed out waiting for {what() if callable(what) else what}")
 
 
+#: every process a helper here started and nobody stopped yet, by pid
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _started(proc: subprocess.Popen[bytes]) -> None:
+    _STARTED[proc.pid] = proc
+
+
+def running() -> set[int]:
+    """The pids of the processes the helpers here started and nobody stopped (but
+    those started `shared`)."""
+    return set(_STARTED)
+
+
+def stop_leftovers(before: set[int]) -> list[int]:
+    """Stop the helpers' processes started since `running()` said `before` (a test
+    that failed before its own clean-up, say); their pids."""
+    left = [pid for pid in _STARTED if pid not in before]
+    for pid in left:
+        stop_process(_STARTED[pid], grace=5.0)
+    return left
+
+
 def stop_process(
     proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, grace: float = 10.0
 ) -> int:
     """Send `sig`, wait up to `grace` seconds, then SIGKILL; close its pipes; the exit code."""
+    _STARTED.pop(proc.pid, None)
     if proc.poll() is None:
         try:
             proc.send_signal(sig)
@@ -154,7 +182,10 @@ class SimProc:
         codec: str | None = "verl",
         tcp: bool = False,
         timeout: float = 15.0,
+        shared: bool = False,
     ) -> None:
+        """`shared`: it outlives the test that starts it (a pool of rigs): never one of
+        `stop_leftovers`'s."""
         self.link = str(tmp / "dev.tty")  #: the pty's link (unused with TCP)
         self.control_path = str(tmp / "sim.ctl")
         self.log_path = tmp / "sim.log"  #: verld-sim's stderr (its structured log)
@@ -168,6 +199,8 @@ class SimProc:
         )
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log)
+        if not shared:
+            _started(self.proc)
         try:
             self.address = wait_ready(self.proc, timeout)
         except SimError as exc:
@@ -246,6 +279,7 @@ class DaemonProc:
         wait_up: bool = True,
         env: Mapping[str, str] | None = None,
         timeout: float = 15.0,
+        shared: bool = False,
     ) -> None:
         self.config = config
         self.socket: str = yaml.safe_load(config.read_text())["api"]["socket"]
@@ -257,6 +291,8 @@ class DaemonProc:
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
+        if not shared:  # (`shared`: as SimProc's)
+            _started(self.proc)
         self._clients: list[Client] = []
         try:
             wait_for(self._listening, timeout, "verld to listen")
