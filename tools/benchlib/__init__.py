@@ -1,10 +1,11 @@
-"""verld's benchmark: direct pty, socat relay and verld side by side, one run.
+"""verld's benchmark: one engine for every family of paths (docs/benchmarks.md).
 
-`tools/bench` is the entry; `cli` parses the command line, `runner` drives the
-rounds, `procs` starts and measures the processes (simulator, bridges, load
-generators), `worker` is the load generator run in its own processes (its clients
-in `peers`, its counts in `meter`), `report` turns the rounds into medians, ratios
-and targets, `plot` draws docs/bench.png.
+`tools/bench`, `tools/bench-fleet` and `tools/bench-ab` are the entries (`cli`, `ab`).
+`engine` runs a family's phases in interleaved rounds and measures each workload
+(how a family is declared: its docstring); the families are in `families/`; `report`
+turns any family's rounds into figures, targets, tables and markdown; `procs` starts,
+stops and measures the processes; `gen` is the load generator process (its clients:
+`lockstep`, `peers`, `mbclients`, `mqttgen`; its counts: `meter`), `mqttecho` the fleet's
+bare MQTT echo, `fleetprocs` the fleet's broker, devices and bridge; `plot` draws
+docs/bench.png.
 """
-
-from __future__ import annotations

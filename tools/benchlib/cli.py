@@ -1,4 +1,12 @@
-"""`tools/bench`: the command line, the run's set-up and clean-up, and its outputs.
+"""`tools/bench` and `tools/bench-fleet`: the command line, set-up and clean-up, and outputs.
+
+A run is one or more families (`benchlib.families`) on the one engine: a full run
+`api`, `ports` and `modbus`; `--ports`, `--modbus`, `--family NAME` (repeatable) pick;
+`--quick` is a smoke run of every family (fleet too, where mosquitto is installed) with
+tiny windows, each family in a child process of its own, side by side (its figures
+say nothing about speed: it checks that everything runs and every call is right).
+`tools/bench-fleet` is `--family fleet`. The JSON has every family's section
+(`families.NAME`: each phase's rounds, `summary` of figures and targets, `info`).
 
 Exit codes: 0 every call answered correctly (targets may still fail: they are
 reported, not enforced), 1 a wrong or missing reply or another broken invariant,
@@ -18,95 +26,76 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import verld
-from benchlib import mbreport, mbworker, portbench, portreport, portworker, report, worker
-from benchlib.modbus import (
-    MBUSD_BUILD,
-    MBUSD_SRC,
-    MbusdBuild,
-    ModbusRunner,
-    ModbusTiming,
-    build_mbusd,
-    prebuilt_mbusd,
-)
+from benchlib.engine import Run, Timing, which
+from benchlib.families import NAMES, family
 from benchlib.procs import BenchError, Procs
-from benchlib.runner import Runner, Timing
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
-MODBUS_BEGIN, MODBUS_END = "<!-- bench:modbus:begin -->", "<!-- bench:modbus:end -->"
-PORTS_BEGIN, PORTS_END = "<!-- bench:ports:begin -->", "<!-- bench:ports:end -->"
+ENGINE = 2  #: the JSON's shape (docs/bench.json from before the one engine has none)
+MARKERS = {"api": "bench", "ports": "bench:ports", "modbus": "bench:modbus", "fleet": "bench:fleet"}
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="tools/bench",
-        description="Benchmark verld (its API and its virtual serial ports) against a direct "
-        "pty and a socat relay, all on one verld-sim, in interleaved rounds; and verld's "
-        "Modbus TCP gateway against a direct RTU master and mbusd. Prints a table, writes "
-        "JSON (and a plot and "
-        "docs/benchmarks.md on a full run).",
+        prog=prog,
+        description="Benchmark verld against what it can be "
+        "compared with, family by family (docs/benchmarks.md): its API against a direct pty and "
+        "socat, its virtual serial ports, its Modbus TCP gateway against a direct RTU master and "
+        "mbusd, and verld-mqtt against verld's socket and a bare MQTT echo, in interleaved "
+        "rounds. Prints tables; writes JSON (and the plot and docs/benchmarks.md on a full run).",
     )
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default 5; --quick: 1)")
-    p.add_argument("--quick", action="store_true", help="a short smoke run (no docs written)")
-    p.add_argument("--idle-seconds", type=float, help="idle CPU window (default 30; --quick: 2)")
-    p.add_argument(
-        "--baud",
-        type=int,
-        default=115200,
-        help="pace the sim's writes to this rate for the link-utilisation rounds "
-        "(default 115200; 0 skips them)",
+    add = p.add_argument
+    add("--rounds", type=int, help="interleaved rounds (default 5; --quick: 1)")
+    add("--quick", action="store_true", help="a smoke run of every family (no docs written)")
+    add("--family", action="append", choices=NAMES, help="run this family (repeatable)")
+    add(
+        "--phase",
+        action="append",
+        metavar="NAME",
+        help="run only this phase of the family "
+        "(repeatable; --quick runs the api family's rounds beside its paced and idle phases)",
     )
-    p.add_argument("--warmup", type=float, help="seconds before each measurement window")
-    p.add_argument("--duration", type=float, help="seconds of each measurement window")
-    p.add_argument("--json", metavar="PATH", help="results file (default docs/bench.json)")
-    p.add_argument("--plot", metavar="PATH", help="plot file (default docs/bench.png)")
-    p.add_argument(
-        "--markdown", metavar="PATH", help="refresh the results in PATH (docs/benchmarks.md)"
-    )
-    p.add_argument("--no-docs", action="store_true", help="write only what is asked explicitly")
-    p.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (logs, configs)")
-    p.add_argument(
-        "--from-json",
-        metavar="PATH",
-        help="measure nothing: print the tables of a saved run and redraw its plot/markdown",
-    )
+    add("--idle-seconds", type=float, help="idle CPU window (default 30; --quick: 0.3)")
+    add("--baud", type=int, default=115200, help="the paced rounds' rate (0 skips them)")
+    add("--warmup", type=float, help="seconds before each window (0.5; --quick: 0.05)")
+    add("--duration", type=float, help="seconds of each window (2; --quick: 0.2)")
+    add("--json", metavar="PATH", help="results file (full run: docs/bench.json)")
+    add("--plot", metavar="PATH", help="plot file (full run with api: docs/bench.png)")
+    add("--markdown", metavar="PATH", help="refresh the families' results in PATH")
+    add("--no-docs", action="store_true", help="write only what is asked explicitly")
+    add("--keep-tmp", action="store_true", help="keep the temp dir (logs, configs)")
+    add("--from-json", metavar="PATH", help="measure nothing: print a saved run's tables, "
+        "redraw its plot/markdown")  # fmt: skip
+    vp = p.add_argument_group("ports family")
+    vp.add_argument("--ports", action="store_true", help="run only the ports family")
+    vp.add_argument("--no-ports", action="store_true", help="leave it out")
     mb = p.add_argument_group(
-        "Modbus rounds",
-        "Part of a full run; --quick runs them only with --modbus. mbusd is built from "
-        "its source (github.com/3cky/mbusd, not in this repository: --mbusd-src or "
-        "$MBUSD_SRC) when cmake, make and a C compiler are there; else the rounds run "
-        "without the mbusd column and say why.",
+        "modbus family",
+        "mbusd is built from its source (github.com/"
+        "3cky/mbusd, not in this repository: --mbusd-src or $MBUSD_SRC) when cmake, make and a C "
+        "compiler are there; else the family runs without the mbusd path and says why.",
     )
-    mb.add_argument("--modbus", action="store_true", help="run only the Modbus rounds")
-    mb.add_argument("--no-modbus", action="store_true", help="leave the Modbus rounds out")
-    mb.add_argument("--no-mbusd", action="store_true", help="Modbus rounds without mbusd")
+    from benchlib.families.modbus import MBUSD_BUILD, MBUSD_SRC
+
+    mb.add_argument("--modbus", action="store_true", help="run only the modbus family")
+    mb.add_argument("--no-modbus", action="store_true", help="leave it out")
+    mb.add_argument("--no-mbusd", action="store_true", help="without the mbusd path")
     mb.add_argument("--mbusd", metavar="BINARY", help="use this mbusd instead of building one")
     mb.add_argument("--mbusd-src", metavar="DIR", default=MBUSD_SRC, help="mbusd's source")
-    mb.add_argument(
-        "--mbusd-build", metavar="DIR", default=MBUSD_BUILD, help=f"build dir ({MBUSD_BUILD})"
-    )
-    mb.add_argument(
-        "--modbus-baud",
-        type=int,
-        default=19200,
-        help="the paced Modbus rounds' baud rate (default 19200; 0 skips them)",
-    )
-    mb.add_argument(
-        "--modbus-registers",
-        type=int,
-        default=10,
-        help="holding registers each Modbus call reads (default 10, at most 125)",
-    )
-    vp = p.add_argument_group("Virtual serial port rounds", portbench.HELP)
-    vp.add_argument("--ports", action="store_true", help="run only the port rounds")
-    vp.add_argument("--no-ports", action="store_true", help="leave the port rounds out")
-    for hidden in ("--worker", "--modbus-worker", "--port-worker"):
-        p.add_argument(hidden, metavar="SPEC", help=argparse.SUPPRESS)
+    mb.add_argument("--mbusd-build", metavar="DIR", default=MBUSD_BUILD, help="its build dir")
+    mb.add_argument("--modbus-baud", type=int, default=19200, help="paced rate (0 skips it)")
+    mb.add_argument("--modbus-registers", type=int, default=10, help="registers per call (1..125)")
+    fl = p.add_argument_group("fleet family (tools/bench-fleet)")
+    fl.add_argument("--devices", type=int, help="devices of the rounds (16; --quick: 1)")
+    fl.add_argument("--rss-devices", type=int, help="devices of the RSS phase (64; --quick: 1)")
+    fl.add_argument("--bridge-checkout", type=Path, metavar="DIR",
+                    help="run verld-mqtt from this checkout instead of this one")  # fmt: skip
     return p
 
 
@@ -114,36 +103,31 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.worker is not None:
-        return worker.main(args.worker)
-    if args.modbus_worker is not None:
-        return mbworker.main(args.modbus_worker)
-    if args.port_worker is not None:
-        return portworker.main(args.port_worker)
+def main(argv: list[str] | None = None, prog: str = "tools/bench") -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--gen"] and len(argv) == 3:
+        from benchlib import gen
+
+        return gen.main(argv[1], argv[2])
+    args = _parser(prog).parse_args(argv)
     if args.from_json is not None:
         return _rerender(args)
-    if args.rounds is not None and args.rounds < 1:
-        print("bench: --rounds must be at least 1", file=sys.stderr)
+    problem = _check(args)
+    if problem:
+        print(f"bench: {problem}", file=sys.stderr)
         return 2
-    for part in ("modbus", "ports"):
-        if getattr(args, part) and getattr(args, "no_" + part):
-            print(f"bench: --{part} and --no-{part} exclude each other", file=sys.stderr)
-            return 2
-    if not 1 <= args.modbus_registers <= 125:
-        print("bench: --modbus-registers must be 1..125", file=sys.stderr)
-        return 2
+    names = _families(args)
     # children (sim, verld, generators) run this checkout's verld, like the bench itself
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
-    procs = Procs()
-    tmp = Path(tempfile.mkdtemp(prefix="verld-bench-"))
+    procs, tmp = Procs(), Path(tempfile.mkdtemp(prefix="verld-bench-"))
     try:
-        return _run(args, procs, tmp)
+        if args.quick and len(names) > 1:
+            return _side_by_side(args, argv, names, procs, tmp)
+        return _run(args, names, procs, tmp, prog)
     except KeyboardInterrupt:
         print("\nbench: interrupted; stopping everything it started", file=sys.stderr)
         return 130
@@ -158,176 +142,194 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run(args: argparse.Namespace, procs: Procs, tmp: Path) -> int:
+def _check(args: argparse.Namespace) -> str | None:
+    if args.rounds is not None and args.rounds < 1:
+        return "--rounds must be at least 1"
+    for part in ("modbus", "ports"):
+        if getattr(args, part) and getattr(args, "no_" + part):
+            return f"--{part} and --no-{part} exclude each other"
+    if not 1 <= args.modbus_registers <= 125:
+        return "--modbus-registers must be 1..125"
+    if (args.devices is not None and args.devices < 1) or (args.rss_devices or 1 << 30) < (
+        args.devices or 1
+    ):
+        return "need --devices >= 1 and --rss-devices >= --devices"
+    return None
+
+
+def _families(args: argparse.Namespace) -> list[str]:
+    if args.family:
+        return list(dict.fromkeys(args.family))
+    if args.ports or args.modbus:
+        return [n for n in ("ports", "modbus") if getattr(args, n)]
+    names = ["api", "ports", "modbus", *(["fleet"] if args.quick and which("mosquitto") else [])]
+    return [n for n in names if not getattr(args, f"no_{n}", False)]
+
+
+def _run(args: argparse.Namespace, names: list[str], procs: Procs, tmp: Path, prog: str) -> int:
     quick = args.quick
     rounds = args.rounds or (1 if quick else 5)
-    idle_seconds = args.idle_seconds if args.idle_seconds is not None else (2 if quick else 30)
-    warmup = args.warmup if args.warmup is not None else (0.1 if quick else 0.5)
-    duration = args.duration if args.duration is not None else (0.4 if quick else 2.0)
-    timing = Timing(warmup, duration)
-    paced_timing = Timing(max(warmup, 0.2), max(duration, 0.6) * (1 if quick else 1.25))
-    with_core = not (args.modbus or args.ports)  # --modbus, --ports: only those parts
-    with_modbus = args.modbus or (with_core and not (quick or args.no_modbus))
-    with_ports = args.ports or (with_core and not args.no_ports)
-    docs = not quick and not args.no_docs
-    core_docs = docs and with_core  # a Modbus- or port-only run leaves bench.json/png alone
-    json_path = args.json or (str(ROOT / "docs/bench.json") if core_docs else None)
-    plot_path = args.plot or (str(ROOT / "docs/bench.png") if core_docs else None)
-    md_path = args.markdown or (str(ROOT / "docs/benchmarks.md") if docs else None)
-
+    warmup = args.warmup if args.warmup is not None else (0.03 if quick else 0.5)
+    duration = args.duration if args.duration is not None else (0.12 if quick else 2.0)
+    if args.idle_seconds is None:
+        args.idle_seconds = 0.3 if quick else 30.0
+    paced = Timing(
+        max(warmup, 0.05 if quick else 0.2),
+        max(duration, 0.25 if quick else 0.6) * (1 if quick else 1.25),
+    )
+    docs = not quick and not args.no_docs and names != ["fleet"]
     meta = _machine()
     meta.update(
-        command=shlex.join(["tools/bench", *sys.argv[1:]]),
-        rounds=rounds,
-        warmup_s=warmup,
-        duration_s=duration,
-        paced_duration_s=paced_timing.duration,
-        idle_seconds=idle_seconds,
-        baud=args.baud,
+        command=shlex.join([prog, *sys.argv[1:]]), rounds=rounds, warmup_s=warmup,
+        duration_s=duration, paced_duration_s=paced.duration, families=names,
         loadavg_start=_loadavg(),
-    )
-    _say(f"bench: {meta['nproc']} CPUs ({meta['cpu']}), Python {meta['python']}, {rounds} rounds")
-    result: dict[str, Any] = {"meta": meta}
-    errors: list[str] = []
-    warnings: list[str] = []
-    if with_core or with_ports:
-        make = portbench.runner(core=with_core) if with_ports else Runner
-        runner = make(procs, tmp, timing=timing, paced_timing=paced_timing, say=_say)
-        all_rounds = [runner.round(n) for n in range(rounds)]
-        paced = runner.paced(args.baud, rounds) if args.baud else None
-        if with_ports:  # the port figures move to their own section
-            result["ports"] = portbench.section(all_rounds, paced)
-        if with_core:
-            meta["paths"] = runner.paths
-            idle = runner.idle(idle_seconds)
-            summary = report.summarise(all_rounds, paced, idle, runner.paths)
-            result.update(summary=summary, rounds=all_rounds, paced=paced, idle=idle)
-        errors += runner.errors
-        warnings += runner.warnings
-    if with_modbus:
-        result["modbus"] = _modbus(args, procs, tmp, rounds, timing, errors, warnings)
-    meta["loadavg_end"] = _loadavg()
-    result = {
-        "meta": meta, "ok": not errors, "errors": errors, "warnings": warnings,
-        **{k: v for k, v in result.items() if k != "meta"},
-    }  # fmt: skip
-    _print_tables(result)
-    _write_outputs(result, json_path, plot_path, md_path)
-    for warning in warnings:
-        print(f"bench: warning: {warning}", file=sys.stderr)
-    for error in errors:
-        print(f"bench: ERROR: {error}", file=sys.stderr)
-    return 0 if not errors else 1
-
-
-def _modbus(
-    args: argparse.Namespace,
-    procs: Procs,
-    tmp: Path,
-    rounds: int,
-    timing: Timing,
-    errors: list[str],
-    warnings: list[str],
-) -> dict[str, Any]:
-    """The Modbus rounds (benchlib.modbus): mbusd built or not, then every round."""
-    try:
-        import pymodbus
-    except ImportError:
-        raise BenchError(
-            "the Modbus rounds need pymodbus (pip install 'pymodbus>=3.11,<4'; it is in the "
-            "test extra), or leave them out with --no-modbus"
-        ) from None
-    if args.no_mbusd:
-        mbusd = MbusdBuild(None, "", "left out (--no-mbusd)")
-    elif args.mbusd:
-        mbusd = prebuilt_mbusd(args.mbusd, f"the binary {args.mbusd}")
-    else:
-        _say(f"bench: building mbusd from {args.mbusd_src} into {args.mbusd_build}")
-        mbusd = build_mbusd(args.mbusd_src, args.mbusd_build, tmp / "mbusd-build.log")
-    if mbusd.binary is None:
-        _say(f"bench: NO mbusd: {mbusd.note}; the Modbus rounds run without the mbusd column")
-    else:
-        _say(f"bench: mbusd {mbusd.version}: {mbusd.note}")
-    mb_timing = ModbusTiming(
-        lock=timing,
-        paced=Timing(max(timing.warmup, 0.3), timing.duration * 1.5),
-        offline=Timing(max(timing.warmup, 2.5), timing.duration * 3),
-    )
-    baud = args.modbus_baud
-    runner = ModbusRunner(
-        procs, tmp, timing=mb_timing, baud=baud, mbusd=mbusd, say=_say,
-        registers=args.modbus_registers,
     )  # fmt: skip
-    mb_rounds: list[dict[str, Any]] = []
-    try:
-        for n in range(rounds):
-            mb_rounds.append(runner.round(n))
-    finally:
-        errors += runner.errors
-        warnings += runner.warnings
-    return {
-        "paths": runner.paths,
-        "baud": baud,
-        "registers": runner.registers,
-        "wire_bytes_per_call": runner.wire_bytes,
-        "pymodbus": pymodbus.__version__,
-        "mbusd": {"binary": mbusd.binary, "version": mbusd.version, "note": mbusd.note},
-        "timing": {k: vars(v) for k, v in vars(mb_timing).items()},
-        "rounds_n": rounds,
-        "summary": mbreport.summarise(mb_rounds, runner.paths),
-        "rounds": mb_rounds,
+    _say(f"bench: {meta['nproc']} CPUs ({meta['cpu']}), Python {meta['python']}, {rounds} rounds, "
+         f"families {' '.join(names)}")  # fmt: skip
+    run = Run(procs, tmp, rounds=rounds, timings={"lock": Timing(warmup, duration), "paced": paced},
+              say=_say, options=args, quick=quick)  # fmt: skip
+    sections = {}
+    for name in names:
+        sections[name] = run.family(family(name))
+    meta["loadavg_end"] = _loadavg()
+    result = {"engine": ENGINE, "meta": meta, "ok": not run.errors, "errors": run.errors,
+              "warnings": run.warnings, "families": sections}  # fmt: skip
+    _print_tables(result)
+    json_path = args.json or (str(ROOT / "docs/bench.json") if docs and "api" in names else None)
+    plot_path = args.plot or (str(ROOT / "docs/bench.png") if docs and "api" in names else None)
+    _write(
+        result,
+        json_path,
+        plot_path,
+        args.markdown or (str(ROOT / "docs/benchmarks.md") if docs else None),
+    )
+    return _verdict(result)
+
+
+def _side_by_side(
+    args: argparse.Namespace, argv: list[str], names: list[str], procs: Procs, tmp: Path
+) -> int:
+    """--quick: each family in a child of its own, at once; their JSON merged."""
+    from benchlib import report
+
+    children = []
+    for name in names:  # the api family, the longest, as two children: rounds | the rest
+        for part in (["rounds"], ["paced", "idle"]) if name == "api" else [[]]:
+            tag = "-".join([name, *part])
+            out = tmp / f"{tag}.json"
+            cmd = [sys.executable, str(ROOT / "tools" / "bench"), *_strip(argv), "--family", name,
+                   *(w for p in part for w in ("--phase", p)), "--json", str(out)]  # fmt: skip
+            with open(tmp / f"{tag}.out", "wb") as log:
+                children.append((tag, out, procs.spawn(cmd, stdout=log, stderr=subprocess.STDOUT)))
+    started, done = time.monotonic(), dict[str, int]()
+    while len(done) < len(children):
+        for name, _, proc in children:
+            if name not in done and proc.poll() is not None:
+                done[name] = proc.returncode
+                _say(f"bench: family {name} done after {time.monotonic() - started:.1f} s")
+        time.sleep(0.05)
+    codes = list(done.values())
+    merged: dict[str, Any] = {
+        "engine": ENGINE,
+        "meta": None,
+        "ok": True,
+        "errors": [],
+        "warnings": [],
+        "families": {},
     }
+    for name, out, _ in children:
+        print((tmp / f"{name}.out").read_text(errors="replace"), end="", flush=True)
+        if not out.exists():
+            continue
+        part = json.loads(out.read_text())
+        merged["meta"] = merged["meta"] or {
+            **part["meta"],
+            "command": shlex.join(["tools/bench", *argv]),
+        }
+        merged["meta"]["families"] = names
+        merged["ok"] &= part["ok"]
+        merged["errors"] += part["errors"]
+        merged["warnings"] += part["warnings"]
+        for fam, section in part["families"].items():
+            if fam in merged["families"]:  # the api family's second child: its phases
+                section["paths"].update(merged["families"][fam]["paths"])
+                section["phases"].update(merged["families"][fam]["phases"])
+                section["summary"] = report.summarise(family_decl(fam), section)
+            merged["families"][fam] = section
+    _write(merged, args.json, args.plot, args.markdown)
+    worst = max(codes)
+    return worst if worst in (1, 2, 130) else (2 if any(codes) else 0)
+
+
+def _strip(argv: list[str]) -> list[str]:
+    """argv without the options the side-by-side run gives each child itself."""
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in ("--json", "--plot", "--markdown", "--family", "--phase"):
+            skip = True
+        elif not word.startswith(("--json=", "--plot=", "--markdown=", "--family=", "--phase=")):
+            out.append(word)
+    return out
 
 
 def _print_tables(result: dict[str, Any]) -> None:
-    if "summary" in result:
+    from benchlib import report
+
+    for name, section in result["families"].items():
         print()
-        print(report.table(result["summary"], result["meta"]["paths"], result["meta"].get("baud")))
-    if "ports" in result:
-        print()
-        print(portreport.table(result["ports"]))
-    if "modbus" in result:
-        print()
-        print(mbreport.table(result["modbus"]))
+        print(report.table(family_decl(name), section, result["meta"]))
+
+
+def family_decl(name: str) -> Any:
+    """A family's declarations without starting it (for rendering a saved run)."""
+    import importlib
+
+    made: Any = importlib.import_module(f"benchlib.families.{name}").FAMILY()
+    return made
+
+
+def _verdict(result: dict[str, Any]) -> int:
+    for warning in result["warnings"]:
+        print(f"bench: warning: {warning}", file=sys.stderr)
+    for error in result["errors"]:
+        print(f"bench: ERROR: {error}", file=sys.stderr)
+    return 0 if not result["errors"] else 1
 
 
 def _rerender(args: argparse.Namespace) -> int:
     """Tables, plot and markdown from a saved run (to change how it is shown, not measured)."""
+    from benchlib import report
+
     result = json.loads(Path(args.from_json).read_text())
-    if "rounds" in result:
-        paths = result["meta"]["paths"]
-        result["summary"] = report.summarise(
-            result["rounds"], result["paced"], result["idle"], paths
-        )
-    if "ports" in result:
-        result["ports"]["summary"] = portreport.summarise(result["ports"])
-    if "modbus" in result:
-        mb = result["modbus"]
-        mb["summary"] = mbreport.summarise(mb["rounds"], mb["paths"])
+    if result.get("engine") != ENGINE:
+        print(f"bench: {args.from_json} is from an older engine (before tools/bench was one "
+              "engine for every family): its figures are in docs/benchmarks.md as they were; "
+              "run tools/bench again for a file this one reads", file=sys.stderr)  # fmt: skip
+        return 2
+    for name, section in result["families"].items():
+        section["summary"] = report.summarise(family_decl(name), section)
     _print_tables(result)
-    _write_outputs(result, args.json, args.plot, args.markdown)
+    _write(result, args.json, args.plot, args.markdown)
     return 0 if result["ok"] else 1
 
 
-def _write_outputs(
+def _write(
     result: dict[str, Any], json_path: str | None, plot_path: str | None, md_path: str | None
 ) -> None:
+    from benchlib import report
+
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(result, indent=1) + "\n")
         _say(f"bench: results in {json_path}")
     if md_path:
-        if "summary" in result:
-            section = report.markdown(result["summary"], result["meta"]["paths"], result["meta"])
-            _refresh_markdown(Path(md_path), section)
-        if "ports" in result:
-            section = portreport.markdown(result["ports"], result["meta"])
-            _refresh_markdown(Path(md_path), section, PORTS_BEGIN, PORTS_END)
-        if "modbus" in result:
-            section = mbreport.markdown(result["modbus"], result["meta"])
-            _refresh_markdown(Path(md_path), section, MODBUS_BEGIN, MODBUS_END)
+        for name, section in result["families"].items():
+            text = report.markdown(family_decl(name), section, result["meta"])
+            _refresh_markdown(Path(md_path), text, MARKERS[name])
         _say(f"bench: figures refreshed in {md_path}")
-    if plot_path and "rounds" in result:
+    if plot_path and "api" in result["families"]:
         from benchlib.plot import plot
 
         try:
@@ -337,14 +339,14 @@ def _write_outputs(
         _say(f"bench: {skipped}" if skipped else f"bench: plot in {plot_path}")
 
 
-def _refresh_markdown(path: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
-    """Replace what lies between the markers `begin` and `end` (append them if missing)."""
+def _refresh_markdown(path: Path, section: str, marker: str) -> None:
+    """Replace what lies between `<!-- MARKER:begin -->` and its end (append them if missing)."""
+    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
     text = path.read_text() if path.exists() else "# verld benchmarks\n"
     block = f"{begin}\n{section}\n{end}"
     if begin in text and end in text:
         head, _, rest = text.partition(begin)
-        _, _, tail = rest.partition(end)
-        text = head + block + tail
+        text = head + block + rest.partition(end)[2]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     path.write_text(text)
@@ -363,33 +365,20 @@ def _loadavg() -> str:
 
 
 def _machine() -> dict[str, Any]:
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.partition(":")[2].strip()
-                    break
-    except OSError:
-        pass
+    cpu = output(["grep", "-m1", "model name", "/proc/cpuinfo"]).partition(":")[2].strip()
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "verld": verld.__version__,
-        "git": _output(["git", "-C", str(ROOT), "describe", "--always", "--dirty"]),
-        "socat": (_output(["socat", "-V"], line_with="socat version").split() + ["?"] * 3)[2],
-    }
+        "nproc": os.cpu_count(), "cpu": cpu or "unknown CPU", "python": platform.python_version(),
+        "kernel": platform.release(), "verld": verld.__version__,
+        "git": output(["git", "--no-optional-locks", "-C", str(ROOT), "describe", "--always",
+                       "--dirty"]),
+    }  # fmt: skip
 
 
-def _output(cmd: list[str], line_with: str = "") -> str:
+def output(cmd: list[str], line_with: str = "") -> str:
+    """The first line of `cmd`'s output that holds `line_with` ("?" if none)."""
     try:
         text = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "?"
-    for line in text.splitlines():
-        if line_with in line:
-            return line.strip()
-    return "?"
+    return next((line.strip() for line in text.splitlines() if line_with in line), "?")

@@ -1,12 +1,12 @@
-"""The fleet bench's processes: mosquitto, N verld-sim + verld pairs, verld-mqtt, the echo.
+"""The fleet family's processes: mosquitto, N verld-sim + verld pairs, verld-mqtt, the echo.
 
-Strategy: everything goes through `benchlib.procs.Procs` (own session, SIGTERM when
-the bench dies, stopped by pid at the end). Devices start in batches — every sim of
-a batch spawned, then each waited for; then every daemon — so 64 of them take
-seconds, not a minute, on 2 cores. The daemons run the bench's verl settings
-(window 8, no retries) with the heartbeat off: 64 idle daemons stay idle.
-`Watcher` is a paho client on its own thread that follows the bridge's retained
-`<base>/+/state` topics, to wait until every device is `up` behind a bridge.
+Everything goes through `benchlib.procs.Procs` (own session, SIGTERM when the bench
+dies, stopped by pid at the end). Devices start in batches — every sim of a batch
+spawned, then each waited for; then every daemon — so 64 of them take seconds, not a
+minute, on 2 cores. The daemons run the bench's verl settings (window 8, no retries)
+with the heartbeat off: 64 idle daemons stay idle. `Watcher` is a paho client on its
+own thread that follows the bridge's retained `<base>/+/state` topics, to wait until
+every device is `up` behind a bridge.
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ from __future__ import annotations
 import contextlib
 import getpass
 import json
-import os
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -28,70 +25,37 @@ import yaml
 from paho.mqtt import client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from benchlib.procs import BenchError, LineReader, Procs
+from benchlib.engine import BENCH, which
+from benchlib.procs import (
+    BenchError,
+    LineReader,
+    Procs,
+    Server,
+    free_port,
+    verl_config,
+    verld_command,
+)
 from verld.client import Client, ClientError
 from verld.sim.launch import SimError, sim_command, wait_ready
 
-FLEET = str(Path(__file__).resolve().parent.parent / "bench-fleet")
 BATCH = 8  #: devices started at once
 COUNTERS = ("calls", "calls_ok", "calls_failed", "timeouts")
 
 
-def mosquitto_path() -> str | None:
-    return shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/sbin")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Mosquitto:
-    """mosquitto on 127.0.0.1 (a free port), no persistence, anonymous clients."""
-
-    def __init__(self, procs: Procs, tmp: Path, *, nodelay: bool = True) -> None:
-        exe = mosquitto_path()
-        if exe is None:
-            raise BenchError("mosquitto is not installed (apt: mosquitto)")
-        self.port = free_port()
-        conf = tmp / "mosquitto.conf"
-        # as root, mosquitto would switch to its own user, who cannot read tmp's files
-        lines = [
-            f"listener {self.port} 127.0.0.1",
-            "persistence false",
-            f"user {getpass.getuser()}",
-            "allow_anonymous true",
-            f"set_tcp_nodelay {str(nodelay).lower()}",
-        ]
-        conf.write_text("\n".join(lines) + "\n")
-        self.log_path = tmp / "mosquitto.log"
-        with open(self.log_path, "ab") as log:
-            self.proc = procs.spawn([exe, "-c", str(conf)], stdout=log, stderr=log)
-        self.pid = self.proc.pid
-        self.version = _version(exe)
-        deadline = time.monotonic() + 10
-        while True:
-            if self.proc.poll() is not None:
-                raise BenchError(f"mosquitto exited:\n{self.log_path.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise BenchError("mosquitto did not listen within 10 s") from None
-                time.sleep(0.02)
-
-
-def _version(exe: str) -> str:
-    try:
-        out = subprocess.run(
-            [exe, "-h"], check=False, capture_output=True, text=True, timeout=5
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
-    words = out.split()
-    return words[2] if len(words) > 2 and words[:2] == ["mosquitto", "version"] else "?"
+def mosquitto(procs: Procs, tmp: Path, *, nodelay: bool = True) -> tuple[Server, str]:
+    """mosquitto on 127.0.0.1 (a free port), no persistence, anonymous clients; its version."""
+    exe = which("mosquitto")
+    if exe is None:
+        raise BenchError("mosquitto is not installed (apt: mosquitto)")
+    port = free_port()
+    conf = tmp / "mosquitto.conf"
+    # as root, mosquitto would switch to its own user, who cannot read tmp's files
+    conf.write_text(f"listener {port} 127.0.0.1\npersistence false\nuser {getpass.getuser()}\n"
+                    f"allow_anonymous true\nset_tcp_nodelay {str(nodelay).lower()}\n")  # fmt: skip
+    out = subprocess.run([exe, "-h"], check=False, capture_output=True, text=True, timeout=5)
+    words = out.stdout.split()
+    version = words[2] if words[:2] == ["mosquitto", "version"] else "?"
+    return Server(procs, [exe, "-c", str(conf)], tmp / "mosquitto.log", port=port), version
 
 
 class Device:
@@ -117,12 +81,8 @@ class Device:
             self.sim = procs.spawn(args, stdout=subprocess.PIPE, stderr=log)
 
     def spawn_daemon(self, procs: Procs) -> None:
-        cfg = {
-            "device": {"port": self.link, "timeout": 10.0, "retry": 0, "window": 8},
-            "heartbeat": {"interval": 0},
-            "api": {"socket": self.socket, "mode": "0600"},
-            "log": {"level": "INFO", "format": "json"},
-        }
+        cfg = verl_config(self.link, 8, heartbeat=0)
+        cfg["api"]["socket"] = self.socket
         path = self.dir / "verld.yaml"
         path.write_text(yaml.safe_dump(cfg))
         with open(self.dir / "verld.log", "wb") as log:
@@ -221,7 +181,7 @@ class Bridge:
         self.log_path = tmp / f"{name}.log"
         with open(self.log_path, "ab") as log:
             self.proc = procs.spawn(
-                [*_bridge_command(checkout), "--config", str(self.config)],
+                [*verld_command(checkout, "verld.mqtt"), "--config", str(self.config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -235,30 +195,16 @@ class Bridge:
         return self.procs.stop(self.proc)
 
 
-def _bridge_command(checkout: Path | None) -> list[str]:
-    """`python -m verld.mqtt`, or the verld.mqtt of another checkout (to try a change)."""
-    if checkout is None:
-        return [sys.executable, "-m", "verld.mqtt"]
-    run = (
-        "import sys, runpy; sys.path.insert(0, sys.argv.pop(1)); "
-        "runpy.run_module('verld.mqtt', run_name='__main__', alter_sys=True)"
-    )
-    return [sys.executable, "-c", run, str(checkout)]
-
-
 class Echo:
-    """The bare MQTT 5 echo responder (`benchlib.fleetecho`), answering `<base>/+/call`."""
+    """The bare MQTT 5 echo responder (`benchlib.mqttecho`), answering `<base>/+/call`."""
 
     def __init__(self, procs: Procs, tmp: Path, port: int, base: str) -> None:
         spec = json.dumps({"port": port, "base": base, "qos": 1})
         with open(tmp / "echo.log", "ab") as log:
-            self.proc = procs.spawn(
-                [sys.executable, FLEET, "--echo", spec], stdout=subprocess.PIPE, stderr=log
-            )
+            self.proc = procs.spawn([sys.executable, BENCH, "--gen", "echo", spec],
+                                    stdout=subprocess.PIPE, stderr=log)  # fmt: skip
         self.pid = self.proc.pid
-        line = LineReader(self.proc, "the echo responder").line(30)
-        if line != "READY":
-            raise BenchError(f"the echo responder said {line!r}, not READY")
+        LineReader(self.proc, "the echo responder").expect("READY", 30)
 
 
 class Watcher:
@@ -301,10 +247,3 @@ class Watcher:
     def close(self) -> None:
         self.client.loop_stop()
         self.client.disconnect()
-
-
-def pythonpath(root: Path) -> None:
-    """Children run this checkout's verld, like the bench itself."""
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )

@@ -10,7 +10,8 @@ repeat — two syscalls per call, nothing else (no select/poll, no socket timeou
 which polls before every recv). A hung bridge cannot hang the bench: an interval
 timer (re-armed a few times a second, not per call) interrupts the blocked read.
 Every reply is still checked against its own request (seq or id, status 0, the
-unique echoed bytes).
+unique echoed bytes). The calls before the window's T0 are the warm-up; none starts
+after T1.
 
 A virtual serial port of verld (kind `serial`) is opened as a program opens it,
 with pyserial, and then driven the same way through its fd (made blocking, with
@@ -28,18 +29,51 @@ import os
 import random
 import signal
 import socket
+import termios
 import time
+import tty
 from collections.abc import Callable
 from typing import Any
 
 import serial
 
 from benchlib.meter import Meter, Payloads, Spec
-from benchlib.peers import api_echo_ok, open_pty, open_serial
 from verld.codec.verl import FrameDecoder, encode_frame
 
 _REQUEST, _REPLY = 0x11, 0x12
 _ECHO = b"\x01"  #: verld-sim's echo command
+_GIVE_UP = 50  #: errors after which a client stops (the run has failed anyway)
+
+
+def open_pty(path: str) -> int:
+    """The pty's link end, raw, non-blocking, with stale input flushed."""
+    fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    tty.setraw(fd)
+    termios.tcflush(fd, termios.TCIOFLUSH)
+    return fd
+
+
+def open_serial(path: str, *, blocking: bool = False) -> serial.Serial:
+    """A port opened as a program opens it: pyserial, 115200 8N1, reads without a timeout.
+
+    pyserial sets the termios (raw, VMIN 0 and VTIME 0, the baud rate) and flushes the
+    input, and waits in select() before each read of its non-blocking fd. `blocking`:
+    for a client that blocks in read(2) instead, the fd is made blocking and VMIN set
+    to 1 (a read waits for a byte, as on a pty set raw by `open_pty`).
+    """
+    port = serial.Serial(path, 115200, timeout=None)
+    if blocking:
+        fd = port.fileno()
+        attrs = termios.tcgetattr(fd)
+        attrs[6][termios.VMIN], attrs[6][termios.VTIME] = 1, 0
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+        os.set_blocking(fd, True)
+    return port
+
+
+def api_echo_ok(msg: dict[str, Any], expected: bytes) -> bool:
+    """A parsed API reply is the successful echo of `expected` (base64 of the data)."""
+    return msg.get("ok") is True and msg.get("status") == 0 and msg.get("data") == expected.decode()
 
 
 class NoReply(Exception):
@@ -119,16 +153,16 @@ def _verl_calls(
         data = payloads.next()
         frame = encode_frame(_REQUEST, seq, _ECHO + data)
         meter.sent += 1
-        sent = time.perf_counter_ns()
+        sent = time.monotonic_ns()
         write(frame)
         while True:
             for reply in decoder.feed(read()):
                 if reply.kind != _REPLY or reply.seq != seq:
                     meter.stale += 1
                     continue
-                now = time.perf_counter_ns()
+                now = time.monotonic_ns()
                 if reply.payload == b"\x00" + data:
-                    meter.good(now - sent)
+                    meter.good(now - sent, now)
                 else:
                     meter.answered += 1
                     meter.error(f"seq {seq}: reply {reply.payload[:16].hex()}… is not the echo")
@@ -150,7 +184,7 @@ def _api_calls(
         body = b'{"op":"call","id":%d,"data":"%s"}' % (call_id, base64.b64encode(_ECHO + data))
         expected = base64.b64encode(data)
         meter.sent += 1
-        sent = time.perf_counter_ns()
+        sent = time.monotonic_ns()
         write(len(body).to_bytes(4, "big") + body)
         buf = state["buf"]
         while True:
@@ -159,10 +193,10 @@ def _api_calls(
                 if len(buf) >= 4 + size:
                     break
             buf += read()
-        now = time.perf_counter_ns()
+        now = time.monotonic_ns()
         reply, state["buf"] = buf[4 : 4 + size], buf[4 + size :]
         if reply.startswith(b'{"id":%d,"ok":true,"status":0,"data":"%s"' % (call_id, expected)):
-            meter.good(now - sent)
+            meter.good(now - sent, now)
             return
         meter.answered += 1
         try:
@@ -174,15 +208,14 @@ def _api_calls(
             meter.error(f"id {call_id}: {json.dumps(msg)[:100]}")
             return
         meter.answered -= 1
-        meter.good(now - sent)
+        meter.good(now - sent, now)
 
     return one
 
 
-def run(spec: Spec, say: Callable[[str], None]) -> dict[str, Any]:
-    """Warm up, measure, stop: the same RESULT object as the event-loop worker."""
+def run(spec: Spec, window: Callable[[], tuple[int, int]]) -> dict[str, Any]:
+    """Open, say READY and wait for the window (`window`), call until T1: the RESULT object."""
     rng = random.Random(spec.seed)
-    meter = Meter()
     if spec.kind == "pty":
         fd = open_pty(spec.target)
         os.set_blocking(fd, True)
@@ -194,8 +227,7 @@ def run(spec: Spec, say: Callable[[str], None]) -> dict[str, Any]:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(spec.target)
         sock.setblocking(True)
-        fd = sock.fileno()
-        close = sock.close
+        fd, close = sock.fileno(), sock.close
     read, write = _reader(fd), _writer(fd)
     if spec.kind == "pyserial":
         read, write = _pyserial_io(port)
@@ -204,40 +236,23 @@ def run(spec: Spec, say: Callable[[str], None]) -> dict[str, Any]:
         one = _api_calls(spec, rng, read, write)
     else:
         one = _verl_calls(spec, rng, read, write, decoder)
-
-    def bad_frames() -> int:
-        return decoder.bad_frames
-
     missing = 0
-    watchdog = Watchdog(spec.drain)
     try:
-        clock = time.monotonic
-        for until, mark in ((spec.warmup, "START"), (spec.duration, "END")):
-            deadline = clock() + until
-            while (now := clock()) < deadline and not meter.errors:
-                watchdog.progress(now)
+        t0, t1 = window()
+        meter = Meter(t0, t1)
+        watchdog = Watchdog(spec.drain)
+        try:
+            clock = time.monotonic_ns
+            while (now := clock()) < t1 and meter.errors < _GIVE_UP:
+                watchdog.progress(now / 1e9)
                 one(meter)
-            if mark == "START":
-                meter.begin()
-            else:
-                meter.end()
-            say(mark)
-    except NoReply as exc:
-        missing = 1  # the call in flight: counted in the result's errors
-        meter.error_samples.append(str(exc))
-        if not meter.stopping:  # the orchestrator still expects both marks
-            if not meter.measuring:
-                meter.begin()
-                say("START")
-            meter.end()
-            say("END")
+        except NoReply as exc:
+            missing = 1  # the call in flight: counted in the result's errors
+            meter.error_samples.append(str(exc))
+        finally:
+            watchdog.stop()
     finally:
-        watchdog.stop()
         close()
-    extra = {
-        "clients": spec.clients,
-        "inflight": spec.inflight,
-        "bad_frames": bad_frames(),
-        "client": "pyserial" if spec.kind == "pyserial" else "blocking",
-    }
+    client = "pyserial" if spec.kind == "pyserial" else "blocking"
+    extra = {"clients": 1, "inflight": 1, "bad_frames": decoder.bad_frames, "client": client}
     return meter.result(missing, extra)

@@ -1,4 +1,10 @@
-"""What a load generator counts: the workload spec, the meter, the per-call payloads."""
+"""What a load generator counts: the verl/API spec, the meter over [T0, T1], the payloads.
+
+Every generator process of a workload gets one common window, T0 and T1 on
+CLOCK_MONOTONIC (the same clock in every process on Linux, and `time.monotonic_ns`):
+a call counts, with its latency, when its reply arrives inside the window; the calls
+before T0 are the warm-up, and none starts after T1.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import json
 import random
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -15,18 +22,17 @@ _MAX_ERRORS_SHOWN = 5
 
 @dataclass(frozen=True)
 class Spec:
-    """One workload, as passed on the worker's command line (JSON)."""
+    """One generator of verl frames or verld API calls (the JSON after `--gen verl`)."""
 
     kind: str  #: pty | unix | api | serial | pyserial (a port or pty opened with pyserial)
     target: str  #: the pty path, the Unix socket path, or the port's link
-    clients: int  #: connections (pty/unix: always 1)
+    clients: int  #: connections (pty/unix/serial: always 1)
     inflight: int  #: calls each client keeps outstanding (1 = lock-step)
     size: int  #: echoed data bytes per call
-    warmup: float
-    duration: float
-    drain: float = 15.0  #: seconds to wait for outstanding replies after END
+    drain: float = 15.0  #: seconds to wait for outstanding replies after T1
     max_payload: int = 4096
     seed: int = 1
+    client_base: int = 0  #: the first client number (unique payloads over processes)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -37,10 +43,10 @@ class Spec:
 
 
 class Meter:
-    """Counts and latencies shared by every client of one worker."""
+    """Counts and latencies shared by every client of one generator process."""
 
-    def __init__(self) -> None:
-        self.measuring = False
+    def __init__(self, t0: int = 0, t1: int = 1 << 62) -> None:
+        self.t0, self.t1 = t0, t1
         self.stopping = False
         self.latencies: list[int] = []  #: ns, calls answered inside the window
         self.calls = 0  #: calls answered correctly inside the window
@@ -49,22 +55,11 @@ class Meter:
         self.errors = 0
         self.error_samples: list[str] = []
         self.stale = 0  #: replies matching no outstanding call
-        self.t0 = self.t1 = 0
 
-    def begin(self) -> None:
-        self.latencies.clear()
-        self.calls = 0
-        self.measuring = True
-        self.t0 = time.perf_counter_ns()
-
-    def end(self) -> None:
-        self.t1 = time.perf_counter_ns()
-        self.measuring = False
-        self.stopping = True
-
-    def good(self, ns: int) -> None:
+    def good(self, ns: int, now: int | None = None) -> None:
         self.answered += 1
-        if self.measuring:
+        now = time.monotonic_ns() if now is None else now
+        if self.t0 <= now <= self.t1:
             self.calls += 1
             self.latencies.append(ns)
 
@@ -74,12 +69,12 @@ class Meter:
             self.error_samples.append(what)
 
     def result(self, missing: int, extra: dict[str, Any]) -> dict[str, Any]:
-        elapsed = (self.t1 - self.t0) / 1e9
+        seconds = (self.t1 - self.t0) / 1e9
         lat = sorted(self.latencies)
         return {
             "calls": self.calls,
-            "seconds": round(elapsed, 4),
-            "rate": round(self.calls / elapsed, 1) if elapsed > 0 else 0.0,
+            "seconds": round(seconds, 4),
+            "rate": round(self.calls / seconds, 1) if seconds > 0 else 0.0,
             "sent": self.sent,
             "answered": self.answered,
             "errors": self.errors + missing,
@@ -87,6 +82,7 @@ class Meter:
             "stale": self.stale,
             "error_samples": self.error_samples,
             "latency_us": percentiles(lat),
+            "latencies_ns": lat,
             **extra,
         }
 
@@ -117,3 +113,39 @@ class Payloads:
     def next(self) -> bytes:
         self.n += 1
         return _TAG.pack(self.client, self.n & 0xFFFFFFFF) + self.filler
+
+
+SUMS = ("calls", "sent", "answered", "good", "errors", "missing", "stale", "bad_frames")
+
+
+def combine(results: Sequence[dict[str, Any]], groups: Sequence[str]) -> dict[str, Any]:
+    """One workload from its processes': the group "" pooled (calls/s summed, latencies
+    merged), each other group pooled apart under its name (a silent unit's master)."""
+    out = pool([r for r, g in zip(results, groups, strict=True) if not g])
+    for group in dict.fromkeys(g for g in groups if g):
+        out[group] = pool([r for r, g in zip(results, groups, strict=True) if g == group])
+    out["errors"] = sum(r.get("errors", 1) for r in results)
+    out["error_samples"] = [s for r in results for s in r.get("error_samples", [])][:8]
+    return out
+
+
+def pool(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    empty = {"calls": 0, "rate": 0.0, "sent": 0, "answered": 0, "missing": 0}
+    if len(results) == 1:
+        one = {**empty, "latency_us": percentiles([]), **results[0]}
+        return {k: v for k, v in one.items() if k != "latencies_ns"}
+    lat = sorted(x for r in results for x in r.get("latencies_ns", []))
+    out: dict[str, Any] = {k: sum(r.get(k, 0) for r in results) for k in SUMS}
+    out.update(
+        rate=round(sum(r.get("rate", 0.0) for r in results), 2), gens=len(results),
+        latency_us=percentiles(lat), exceptions={}, per_gen=[
+            {k: r.get(k) for k in ("calls", "rate", "sent", "errors", "clients", "unit")}
+            | {"p50_us": r.get("latency_us", {}).get("p50")} for r in results],
+        **{k: results[0].get(k) for k in ("clients", "inflight", "client") if k in results[0]},
+    )  # fmt: skip
+    for r in results:
+        for code, n in r.get("exceptions", {}).items():
+            out["exceptions"][code] = out["exceptions"].get(code, 0) + n
+    if "clients" in out:
+        out["clients"] = sum(r.get("clients", 0) for r in results)
+    return out

@@ -12,14 +12,11 @@ import base64
 import json
 import os
 import random
-import termios
 import time
-import tty
 from collections.abc import Callable
-from typing import Any, cast
+from typing import cast
 
-import serial
-
+from benchlib.lockstep import api_echo_ok
 from benchlib.meter import Meter, Payloads, Spec
 from verld.codec.verl import FrameDecoder, encode_frame
 
@@ -62,12 +59,12 @@ class VerlPeer:
             seq = (seq + 1) & 0xFFFF
         self.seq = seq
         data = self.payloads.next()
-        self.pending[seq] = (time.perf_counter_ns(), b"\x00" + data)
+        self.pending[seq] = (time.monotonic_ns(), b"\x00" + data)
         self.meter.sent += 1
         self.out.append(encode_frame(_REQUEST, seq, _ECHO + data))
 
     def feed(self, data: bytes) -> None:
-        now = time.perf_counter_ns()
+        now = time.monotonic_ns()
         meter = self.meter
         for frame in self.decoder.feed(data):
             entry = self.pending.pop(frame.seq, None) if frame.kind == _REPLY else None
@@ -76,7 +73,7 @@ class VerlPeer:
                 continue
             sent, expected = entry
             if frame.payload == expected:
-                meter.good(now - sent)
+                meter.good(now - sent, now)
             else:
                 meter.answered += 1
                 meter.error(f"seq {frame.seq}: reply {frame.payload[:16].hex()}… is not the echo")
@@ -149,32 +146,6 @@ class FdPipe:
         os.close(self.fd)
 
 
-def open_pty(path: str) -> int:
-    """The pty's link end, raw, non-blocking, with stale input flushed."""
-    fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
-    tty.setraw(fd)
-    termios.tcflush(fd, termios.TCIOFLUSH)
-    return fd
-
-
-def open_serial(path: str, *, blocking: bool = False) -> serial.Serial:
-    """A port opened as a program opens it: pyserial, 115200 8N1, reads without a timeout.
-
-    pyserial sets the termios (raw, VMIN 0 and VTIME 0, the baud rate) and flushes the
-    input, and waits in select() before each read of its non-blocking fd. `blocking`:
-    for a client that blocks in read(2) instead, the fd is made blocking and VMIN set
-    to 1 (a read waits for a byte, as on a pty set raw by `open_pty`).
-    """
-    port = serial.Serial(path, 115200, timeout=None)
-    if blocking:
-        fd = port.fileno()
-        attrs = termios.tcgetattr(fd)
-        attrs[6][termios.VMIN], attrs[6][termios.VTIME] = 1, 0
-        termios.tcsetattr(fd, termios.TCSANOW, attrs)
-        os.set_blocking(fd, True)
-    return port
-
-
 class VerlProtocol(asyncio.Protocol):
     """A VerlPeer over a stream socket (socat's Unix socket)."""
 
@@ -209,7 +180,7 @@ class ApiPeer(asyncio.Protocol):
     def __init__(self, meter: Meter, spec: Spec, client: int, rng: random.Random) -> None:
         self.meter = meter
         self.inflight = spec.inflight
-        self.payloads = Payloads(client, spec.size, rng)
+        self.payloads = Payloads(spec.client_base + client, spec.size, rng)
         self.pending: dict[int, tuple[int, bytes]] = {}  #: id → (sent ns, expected base64)
         self.next_id = 0
         self.buf = bytearray()
@@ -242,14 +213,14 @@ class ApiPeer(asyncio.Protocol):
         call_id = self.next_id
         data = self.payloads.next()
         body = b'{"op":"call","id":%d,"data":"%s"}' % (call_id, base64.b64encode(_ECHO + data))
-        self.pending[call_id] = (time.perf_counter_ns(), base64.b64encode(data))
+        self.pending[call_id] = (time.monotonic_ns(), base64.b64encode(data))
         self.meter.sent += 1
         self.out.append(len(body).to_bytes(4, "big") + body)
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf
         buf += data
-        now = time.perf_counter_ns()
+        now = time.monotonic_ns()
         pos, end = 0, len(buf)
         while end - pos >= 4:
             size = int.from_bytes(buf[pos : pos + 4], "big")
@@ -271,7 +242,7 @@ class ApiPeer(asyncio.Protocol):
                 b',"ok":true,"status":0,"data":"%s"' % entry[1], comma
             ):
                 del self.pending[int(body[6:comma])]
-                self.meter.good(now - entry[0])
+                self.meter.good(now - entry[0], now)
                 self.send_next()
                 return
         self.slow_reply(body, now)
@@ -291,7 +262,7 @@ class ApiPeer(asyncio.Protocol):
             return
         sent, expected = entry
         if api_echo_ok(msg, expected):
-            meter.good(now - sent)
+            meter.good(now - sent, now)
         else:
             meter.answered += 1
             meter.error(f"id {call_id}: {json.dumps(msg)[:100]}")
@@ -300,8 +271,3 @@ class ApiPeer(asyncio.Protocol):
     @property
     def outstanding(self) -> int:
         return len(self.pending)
-
-
-def api_echo_ok(msg: dict[str, Any], expected: bytes) -> bool:
-    """A parsed API reply is the successful echo of `expected` (base64 of the data)."""
-    return msg.get("ok") is True and msg.get("status") == 0 and msg.get("data") == expected.decode()

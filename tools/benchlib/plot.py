@@ -1,4 +1,4 @@
-"""docs/bench.png: latency percentiles per path, verld latency and throughput versus clients.
+"""docs/bench.png (the api family): latency percentiles per path, verld versus clients.
 
 matplotlib is the optional `bench` extra (`pip install '.[bench]'`); without it
 the plot is skipped with a message and the rest of the run is unaffected.
@@ -10,20 +10,14 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from benchlib.report import median
+from benchlib.report import get, median
 
 _PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))
 _COLOURS = {"direct": "tab:green", "socat": "tab:blue", "verld": "tab:red"}
 
 
 def _med(rounds: list[dict[str, Any]], path: str, wl: str, *keys: str) -> float | None:
-    values = []
-    for r in rounds:
-        value: Any = r.get(path, {}).get(wl)
-        for key in keys:
-            value = value.get(key) if isinstance(value, dict) else None
-        values.append(value)
-    return median(values)
+    return median(get(r, path, wl, *keys) for r in rounds)
 
 
 def plot(result: dict[str, Any], out: Path) -> str | None:
@@ -33,8 +27,9 @@ def plot(result: dict[str, Any], out: Path) -> str | None:
         plt: Any = importlib.import_module("matplotlib.pyplot")
     except ImportError:
         return "matplotlib is not installed (pip install '.[bench]'): plot skipped"
-    rounds: list[dict[str, Any]] = result["rounds"]
-    paths: list[str] = result["meta"]["paths"]
+    api = result["families"]["api"]
+    rounds: list[dict[str, Any]] = api["phases"]["rounds"]
+    paths: list[str] = api["paths"]["rounds"]
     fig, (lat, scale, thr) = plt.subplots(1, 3, figsize=(16, 5), constrained_layout=True)
 
     xs = [q for _, q in _PERCENTILES]

@@ -1,13 +1,9 @@
-"""One Modbus master of the Modbus rounds, in its own process (`tools/bench --modbus-worker`).
+"""One Modbus master of the Modbus family, in a generator process of its own (`gen`).
 
-Strategy: each master is a process of its own — a lock-step client blocks in its
-own read, and several masters in one interpreter would queue behind one GIL (and
-its 5 ms switch interval) instead of behind the gateway. The orchestrator starts
-every master of a workload, waits for each one's `READY` (connected, or the pty
-opened), then writes `GO T0 T1` on each one's stdin: CLOCK_MONOTONIC nanoseconds,
-the same clock in every process on Linux. A master calls from GO on (the calls
-before T0 are its warm-up), stops starting calls at T1, and prints one `RESULT`
-line: the calls that ended inside [T0, T1] give its calls/s and latencies.
+Each master is a process of its own — a lock-step client blocks in its own read,
+and several masters in one interpreter would queue behind one GIL (and its 5 ms
+switch interval) instead of behind the gateway. The window is `gen`'s: calls from
+GO on, the calls that ended inside [T0, T1] give its calls/s and latencies.
 
 Every call reads holding registers (fc 3) and is checked: the values must be the
 sim's (register i holds i) or, for a master told to expect it (`expect:
@@ -29,15 +25,13 @@ import json
 import os
 import socket
 import struct
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchlib.lockstep import NoReply, Watchdog
+from benchlib.lockstep import NoReply, Watchdog, open_pty
 from benchlib.meter import percentiles
-from benchlib.peers import open_pty
 from verld.codec.modbus import mbap_frame, rtu_frame
 
 GATEWAY_EXCEPTIONS = frozenset({0x0A, 0x0B})  #: path unavailable, target failed to respond
@@ -256,29 +250,12 @@ def run(m: Master, call: Call, t0: int, t1: int) -> dict[str, Any]:
     }
 
 
-def _say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
-def main(spec_json: str) -> int:
-    """READY, wait for GO on stdin, call, RESULT; exit 0 when every call was right."""
-    m = Master.from_json(spec_json)
+def main(text: str, window: Callable[[], tuple[int, int]]) -> dict[str, Any]:
+    """Connect (or open the pty), wait for the window, call: the RESULT object."""
+    m = Master.from_json(text)
+    call, close = _open(m)
     try:
-        call, close = _open(m)
-    except (OSError, ValueError) as exc:
-        _say("RESULT " + json.dumps({"errors": 1, "error_samples": [f"{m.target}: {exc}"]}))
-        return 1
-    try:
-        _say("READY")
-        words = sys.stdin.readline().split()
-        if len(words) != 3 or words[0] != "GO":
-            _say("RESULT " + json.dumps({"errors": 1, "error_samples": ["no GO line"]}))
-            return 1
-        result = run(m, call, int(words[1]), int(words[2]))
-    except KeyboardInterrupt:
-        return 130
+        t0, t1 = window()
+        return run(m, call, t0, t1)
     finally:
         close()
-    _say("RESULT " + json.dumps(result, separators=(",", ":")))
-    return 0 if result["errors"] == 0 else 1

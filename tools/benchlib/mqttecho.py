@@ -1,6 +1,7 @@
 """The floor for any MQTT bridge: a bare MQTT 5 echo responder on aiomqtt.
 
-`tools/bench-fleet --echo SPEC` runs it: the same client library, event loop
+`tools/bench --gen echo SPEC` runs it (the fleet family starts it): the same client library,
+event loop
 (uvloop where installed), QoS and publish pattern as verld-mqtt — subscribe to
 `<base>/+/call`, and publish each request's payload back to its Response Topic
 with its Correlation Data, each publish a task of its own (as the bridge's writer

@@ -1,4 +1,4 @@
-"""The fleet bench's load generator: one process per workload (`--worker SPEC`).
+"""The fleet family's load generator (`gen` kind `mqtt`): callers of N devices.
 
 Strategy: `callers` callers, each keeping `inflight` calls outstanding, spread
 round-robin over `targets` (device name → verld socket or request topic). Every
@@ -17,7 +17,7 @@ are compared by the orchestrator with that verld's own `calls_ok`.
   Response Topic and Correlation Data at QoS 1; `bridge` checks verld-mqtt's JSON
   reply, `echo` that the payload came back byte for byte.
 
-Phases as tools/bench's worker: warm-up, START, the window, END, drain, RESULT.
+The window and the RESULT line are `gen`'s, as for every generator.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import itertools
 import json
 import selectors
 import socket
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,6 +40,8 @@ from paho.mqtt.properties import Properties
 from benchlib.meter import Meter
 from verld.client import AsyncClient, Client, ClientError
 
+Window = Callable[[], tuple[int, int]]
+
 
 @dataclass(frozen=True)
 class FleetSpec:
@@ -47,8 +49,6 @@ class FleetSpec:
     targets: list[list[str]]  #: [device name, socket path or request topic]
     callers: int
     inflight: int
-    warmup: float
-    duration: float
     size: int = 32  #: echoed data bytes per call
     port: int = 0  #: the broker's (bridge, echo)
     reply_base: str = "bench/reply"
@@ -82,92 +82,58 @@ class Tally:
         self.per_device[device] = self.per_device.get(device, 0) + 1
 
 
-def _say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
-class Phases:
-    """Warm-up → START → window → END, by the clock; `sending` until END."""
-
-    def __init__(self, spec: FleetSpec, meter: Meter) -> None:
-        self.meter = meter
-        now = time.monotonic()
-        self.start, self.end = now + spec.warmup, now + spec.warmup + spec.duration
-        self.state = 0  #: 0 warm-up, 1 measuring, 2 draining
-
-    def tick(self) -> float:
-        """Move on if due; seconds until the next change (inf when draining)."""
-        now = time.monotonic()
-        if self.state == 0 and now >= self.start:
-            self.meter.begin()
-            _say("START")
-            self.state = 1
-        if self.state == 1 and now >= self.end:
-            self.meter.end()
-            _say("END")
-            self.state = 2
-        if self.state == 2:
-            return float("inf")
-        return max(0.0, (self.start if self.state == 0 else self.end) - now)
-
-    @property
-    def sending(self) -> bool:
-        return self.state < 2
-
-
 # --- direct: verld's socket ----------------------------------------------------------------
 
 
-def direct_lockstep(spec: FleetSpec, tally: Tally) -> int:
+def direct_lockstep(spec: FleetSpec, tally: Tally, window: Window) -> int:
     clients = [(name, Client(path, timeout=10.0).connect()) for name, path in spec.targets]
-    phases = Phases(spec, tally.meter)
     seq = 0
     try:
-        while phases.sending:
+        tally.meter.t0, tally.meter.t1 = window()
+        t1 = tally.meter.t1
+        while time.monotonic_ns() < t1:
             name, client = clients[seq % len(clients)]
             seq += 1
             data = body(spec, 0, seq, name)
             tally.meter.sent += 1
-            t0 = time.perf_counter_ns()
+            t0 = time.monotonic_ns()
             try:
                 reply = client.call(b"\x01" + data)
             except ClientError as exc:
                 tally.meter.error(f"{name}: {exc}")
                 continue
-            ns = time.perf_counter_ns() - t0
+            ns = time.monotonic_ns() - t0
             if reply.status == 0 and reply.data == data:
                 tally.good(name, ns)
             else:
                 tally.meter.error(f"{name}: got {reply.status} {reply.data[:40]!r}")
-            phases.tick()
     finally:
         for _, client in clients:
             client.close()
     return 0
 
 
-async def direct_pipelined(spec: FleetSpec, tally: Tally) -> int:
+async def direct_pipelined(spec: FleetSpec, tally: Tally, window: Window) -> int:
     meter = tally.meter
     conns = [
         [(name, await AsyncClient(path).connect()) for name, path in spec.targets]
         for _ in range(spec.callers)
     ]
-    phases = Phases(spec, meter)
+    meter.t0, meter.t1 = window()  # (blocks the loop: nothing runs on it yet)
 
     async def slot(caller: int, turn: itertools.count[int], seqs: itertools.count[int]) -> None:
         mine = conns[caller]
-        while phases.sending:
+        while not meter.stopping:
             name, client = mine[next(turn) % len(mine)]
             data = body(spec, caller, next(seqs), name)
             meter.sent += 1
-            t0 = time.perf_counter_ns()
+            t0 = time.monotonic_ns()
             try:
                 reply = await client.call(b"\x01" + data)
             except ClientError as exc:
                 meter.error(f"{name}: {exc}")
                 continue
-            ns = time.perf_counter_ns() - t0
+            ns = time.monotonic_ns() - t0
             if reply.status == 0 and reply.data == data:
                 tally.good(name, ns)
             else:
@@ -177,11 +143,10 @@ async def direct_pipelined(spec: FleetSpec, tally: Tally) -> int:
     for caller in range(spec.callers):
         turn, seqs = itertools.count(caller), itertools.count(1)
         tasks += [asyncio.create_task(slot(caller, turn, seqs)) for _ in range(spec.inflight)]
-    for _ in range(1000):  # the warm-up, then the window (a timer may ring a little early)
-        left = phases.tick()
-        if left == float("inf"):
-            break
-        await asyncio.sleep(left + 0.001)
+    # until T1 (a timer may ring a little early: polled, once or twice)
+    while (left := meter.t1 - time.monotonic_ns()) > 0:  # noqa: ASYNC110
+        await asyncio.sleep(left / 1e9 + 0.001)
+    meter.stopping = True
     _, pending = await asyncio.wait(tasks, timeout=spec.drain)
     for task in pending:
         task.cancel()
@@ -217,7 +182,7 @@ class Caller:
 
     def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
         corr = getattr(msg.properties, "CorrelationData", None) or b""
-        self.inbox.append((time.perf_counter_ns(), corr, msg.payload))
+        self.inbox.append((time.monotonic_ns(), corr, msg.payload))
 
     def send(self) -> None:
         targets = self.spec.targets
@@ -231,7 +196,7 @@ class Caller:
         props.ResponseTopic = self.reply_topic
         props.CorrelationData = corr
         self.tally.meter.sent += 1
-        self.outstanding[corr] = (time.perf_counter_ns(), name, payload, data.hex())
+        self.outstanding[corr] = (time.monotonic_ns(), name, payload, data.hex())
         self.client.publish(topic, payload, qos=self.spec.qos, properties=props)
 
     def settle(self) -> int:
@@ -320,7 +285,7 @@ class Pump:
             self.once(0.05, refill=False)
 
 
-def mqtt(spec: FleetSpec, tally: Tally) -> int:
+def mqtt(spec: FleetSpec, tally: Tally, window: Window) -> int:
     callers = [Caller(spec, n, tally) for n in range(spec.callers)]
     pump = Pump(callers)
     for caller in callers:
@@ -333,13 +298,13 @@ def mqtt(spec: FleetSpec, tally: Tally) -> int:
     for caller in callers:
         caller.client.subscribe(caller.reply_topic, qos=spec.qos)
     pump.until("the callers' SUBACKs", lambda: all(c.subscribed for c in callers))
-    phases = Phases(spec, tally.meter)
+    meter = tally.meter
+    meter.t0, meter.t1 = window()
     for caller in callers:
         for _ in range(spec.inflight):
             caller.send()
-    while phases.sending:
-        pump.once(min(phases.tick(), 0.25), refill=True)
-        phases.tick()
+    while (left := meter.t1 - time.monotonic_ns()) > 0:
+        pump.once(min(left / 1e9, 0.25), refill=True)
     deadline = time.monotonic() + spec.drain
     while any(c.outstanding for c in callers) and time.monotonic() < deadline:
         pump.once(0.05, refill=False)
@@ -349,21 +314,21 @@ def mqtt(spec: FleetSpec, tally: Tally) -> int:
     return missing
 
 
-def main(text: str) -> int:
+def main(text: str, window: Window) -> dict[str, Any]:
+    """Connect, wait for the window, call until T1, drain: the RESULT object."""
     spec = FleetSpec.from_json(text)
     tally = Tally()
     if spec.kind == "direct" and spec.callers * spec.inflight == 1:
-        missing = direct_lockstep(spec, tally)
+        missing = direct_lockstep(spec, tally, window)
     elif spec.kind == "direct":
         try:
             import uvloop
         except ImportError:
-            missing = asyncio.run(direct_pipelined(spec, tally))
+            missing = asyncio.run(direct_pipelined(spec, tally, window))
         else:
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                missing = runner.run(direct_pipelined(spec, tally))
+                missing = runner.run(direct_pipelined(spec, tally, window))
     else:
-        missing = mqtt(spec, tally)
+        missing = mqtt(spec, tally, window)
     extra = {"per_device": tally.per_device, "duplicates": tally.meter.stale}
-    _say("RESULT " + json.dumps(tally.meter.result(missing, extra), separators=(",", ":")))
-    return 0
+    return tally.meter.result(missing, extra)
