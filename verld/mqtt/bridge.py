@@ -1,26 +1,30 @@
 """The MQTT side: one broker connection, its reconnect loop, and the devices behind it.
 
 Strategy: each device's verld connection runs on its own (`verld.mqtt.device`),
-putting state, status and events into one `Outbox`; the broker loop connects (clean
-start and no session expiry on MQTT 5, a clean session on 3.1.1, the retained
-`offline` state as last will), publishes `online`, subscribes to `<base>/+/call`
-(and `homeassistant/status` with discovery on), marks every retained topic due
-again, and then runs two tasks until the connection breaks: the reader, which hands
-each request to `dispatch.Dispatcher` (it asks `calls.Intake` what the request gets
-and starts the calls to run), and the writer, which drains the outbox with a bounded
-number of publishes in flight. A lost connection is retried with backoff (0.5 s
-doubling to 30 s, jittered, so a fleet does not reconnect in step); the devices
-never notice. Calls keep running across a broker reconnect: a reply is published
-if the broker is connected when it is ready, and dropped (counted) if not.
+putting state, status and events into one `Outbox`; the broker loop connects
+(`mqttconn.MqttConnection`: paho-mqtt on the event loop; clean start and no session
+expiry on MQTT 5, a clean session on 3.1.1, the retained `offline` state as last
+will), publishes `online`, subscribes to `<base>/+/call` (and `homeassistant/status`
+with discovery on), marks every retained topic due again, and then serves until the
+connection breaks. Requests arrive in paho's message callback, which hands each one
+to `dispatch.Dispatcher` (it asks `calls.Intake` what the request gets and starts
+the calls to run); whatever becomes ready to publish (a call's reply, an event, a
+retained topic) wakes `_pump`, which publishes from the outbox at once, with at most
+`PUBLISH_WINDOW` publishes unacknowledged and at most `OUT_MAX` bytes unwritten (a
+slow broker holds the rest in the outbox, which bounds them). So a reply is
+published from its call's completion, with no task in between. A lost connection is
+retried with backoff (0.5 s doubling to 30 s, jittered, so a fleet does not
+reconnect in step); the devices never notice. Calls keep running across a broker
+reconnect: a reply is published if the broker is connected when it is ready, and
+dropped (counted) if not.
 
 Every task has an owner that awaits it (`tasks.Tasks`, a TaskGroup that can be
-ended), and the owners nest: `Bridge.tasks`, for the whole run, holds each device's
-loop, the drop reporter and the calls (which outlive a broker connection); inside
-it, a connect attempt's owner holds the attempt and the wait for a stop, and each
-connection's holds its reader, its writer and the writer's publishes, ending them
-when the connection breaks or the bridge stops. `run` returns with none left.
+ended): `Bridge.tasks`, for the whole run, holds each device's loop, the drop
+reporter and the calls (which outlive a broker connection). The broker connection
+itself needs no task: its socket is served by the loop's reader callback. `run`
+returns with none left.
 
-On SIGTERM the reader stops taking requests, calls in flight get up to `DRAIN`
+On SIGTERM the bridge stops taking requests, calls in flight get up to `DRAIN`
 seconds to finish and their replies to go out, `offline` is published (retained)
 and the connection is closed cleanly (so the will is not needed).
 """
@@ -30,19 +34,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import socket
 from typing import Any, TypeVar
 
-import aiomqtt
 import structlog
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from verld import systemd
 from verld.mqtt.calls import Intake
 from verld.mqtt.config import BridgeConfig, Secrets, short_host
 from verld.mqtt.device import Backoff, Device
 from verld.mqtt.dispatch import Dispatcher
+from verld.mqtt.mqttconn import MqttConnection, MqttError
 from verld.mqtt.outbox import Outbox, Outgoing
 from verld.mqtt.tasks import Tasks
 from verld.mqtt.topics import HA_PREFIX, HA_STATUS, Topics, bridge_state, discovery
@@ -50,8 +51,12 @@ from verld.mqtt.topics import HA_PREFIX, HA_STATUS, Topics, bridge_state, discov
 log = structlog.get_logger("verld.mqtt.bridge")
 T = TypeVar("T")
 
-#: publishes awaiting their acknowledgement at once (paho's own in-flight window)
+#: publishes awaiting their acknowledgement at once
 PUBLISH_WINDOW = 20
+#: bytes handed to the connection and not yet written, beyond which publishing waits
+OUT_MAX = 1 << 18
+#: seconds to wait for the broker's CONNACK
+CONNECT_TIMEOUT = 10.0
 #: seconds calls in flight may take to finish at a clean stop
 DRAIN = 2.0
 DROP_REPORT_SECONDS = 5.0
@@ -79,8 +84,11 @@ class Bridge:
         self.dispatch = Dispatcher(self.intake, self.devices, self.outbox, self.tasks)
         self.stopping = asyncio.Event()
         self.connected = False
-        self._wake = asyncio.Event()
-        self.outbox.wakeup = self._wake.set
+        self._conn: MqttConnection | None = None  #: while connected
+        self._taking = False  #: requests are taken (not while stopping)
+        self._flying: dict[int, Outgoing] = {}  #: publishes not yet acknowledged, by mid
+        self._pumping = False
+        self.outbox.wakeup = self._pump
         self._loop = asyncio.get_running_loop()
 
     # --- the whole bridge ------------------------------------------------------------
@@ -132,19 +140,17 @@ class Bridge:
         backoff = Backoff(initial=0.5, cap=30.0)
         while not self.stopping.is_set():
             since: float | None = None
-            client = self._client()
+            conn = self._connection()
             try:
-                if not await self._connect(client):
+                if not await self._connect(conn):
                     return
                 since = self._loop.time()
-                try:
-                    await self._session(client)
-                    return  # (a session ends without an error only when the bridge stops)
-                finally:
-                    with contextlib.suppress(aiomqtt.MqttError):
-                        await client.__aexit__(None, None, None)
-            except* aiomqtt.MqttError as lost:  # (a connection's tasks raise it in a group)
-                reason = _why(lost.exceptions[0])
+                await self._session(conn)
+                return  # (a session ends without an error only when the bridge stops)
+            except* MqttError as lost:  # (in a group when it comes from the connect race)
+                reason = str(lost.exceptions[0])
+            finally:
+                conn.close()
             if self.stopping.is_set():
                 return  # (it broke as the bridge stopped: nothing to retry)
             if since is not None and self._loop.time() - since >= STEADY:
@@ -156,68 +162,68 @@ class Bridge:
                 async with asyncio.timeout(delay):
                     await self.stopping.wait()
 
-    def _client(self) -> aiomqtt.Client:
+    def _connection(self) -> MqttConnection:
         b, cfg = self.cfg.broker, self.cfg
-        will = aiomqtt.Will(self.topics.bridge_state, bridge_state(False), cfg.qos, retain=True)
-        # A fresh session each time, ended with the connection (MQTT 5: clean start and
-        # no Session Expiry Interval; 3.1.1: clean session), so requests published while
-        # the bridge was away are never run late.
-        if b.mqtt5:
-            session: dict[str, Any] = {"protocol": aiomqtt.ProtocolVersion.V5, "clean_start": True}
-        else:
-            session = {"protocol": aiomqtt.ProtocolVersion.V311, "clean_session": True}
-        return aiomqtt.Client(
-            b.host,
-            b.port,
+        return MqttConnection(
+            host=b.host,
+            port=b.port,
+            client_id=cfg.client_id,
+            mqtt5=b.mqtt5,
+            keepalive=b.keepalive,
+            will=(self.topics.bridge_state, bridge_state(False), cfg.qos, True),
             username=b.username,
             password=self.secrets.password,
-            identifier=cfg.client_id,
-            will=will,
-            keepalive=b.keepalive,
-            tls_context=self.secrets.tls,
-            max_inflight_messages=PUBLISH_WINDOW,
-            # No Nagle: a reply PUBLISH right after a PUBACK would otherwise wait for the
-            # broker's delayed ACK, about 40 ms a call (measured by tools/bench-fleet).
-            socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),),
-            **session,
+            tls=self.secrets.tls,
+            on_message=self._on_message,
+            on_published=self._published,
         )
 
-    async def _connect(self, client: aiomqtt.Client) -> bool:
-        """Connect unless `stopping` comes first (False); a failed attempt's MqttError
-        comes in a group."""
+    async def _connect(self, conn: MqttConnection) -> bool:
+        """Connect unless `stopping` comes first (False); MqttError if it fails."""
         async with Tasks() as race:
-            connecting = race.start(client.__aenter__(), name="mqtt connect")
+            connecting = race.start(conn.connect(CONNECT_TIMEOUT), name="mqtt connect")
             stop = race.start(self.stopping.wait(), name="mqtt connect: stop")
-            await asyncio.wait((connecting, stop), return_when=asyncio.FIRST_COMPLETED)
-            race.cancel()
+            try:
+                await asyncio.wait((connecting, stop), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                race.cancel()
         return not connecting.cancelled() and not self.stopping.is_set()
 
-    async def _session(self, client: aiomqtt.Client) -> None:
-        """One connection, until it breaks (MqttError, in a group from its tasks) or the
-        bridge stops (a return)."""
+    async def _session(self, conn: MqttConnection) -> None:
+        """One connection, until it breaks (MqttError) or the bridge stops (a return)."""
         qos = self.cfg.qos
-        await client.publish(self.topics.bridge_state, bridge_state(True), qos, retain=True)
-        await client.subscribe(self.topics.call_filter, qos)
-        if self.cfg.homeassistant:
-            await client.subscribe(HA_STATUS, qos)
-        self.connected = True
-        self.outbox.connect()
-        b = self.cfg.broker
-        log.info("mqtt_connected", host=b.host, port=b.port, protocol=b.protocol,
-                 client_id=self.cfg.client_id, base=self.topics.base)  # fmt: skip
-        self.status_line()
+        conn.publish(self.topics.bridge_state, bridge_state(True), qos, True, None)
+        # A request may come in the very read that brings the SUBACK: it is taken from
+        # now, and its reply waits in the outbox until the subscriptions are made (then
+        # the retained topics go out: Home Assistant's status is followed by then).
+        self._taking = True
         try:
-            # (the reader's MqttError, when the connection breaks, ends all of them)
-            async with Tasks() as tasks:
-                reader = tasks.start(self._read(client), name="mqtt reader")
-                tasks.start(self._write(client, tasks), name="mqtt writer")
-                await self.stopping.wait()
-                reader.cancel()
-                await self._goodbye(client)
-                tasks.cancel()
+            self.outbox.connect()
+            await conn.subscribe(self.topics.call_filter, qos)
+            if self.cfg.homeassistant:
+                await conn.subscribe(HA_STATUS, qos)
+            self.connected, self._conn = True, conn
+            self._pump()
+            b = self.cfg.broker
+            log.info("mqtt_connected", host=b.host, port=b.port, protocol=b.protocol,
+                     client_id=self.cfg.client_id, base=self.topics.base)  # fmt: skip
+            self.status_line()
+            async with Tasks() as race:
+                stop = race.start(self.stopping.wait(), name="mqtt session: stop")
+                try:
+                    await asyncio.wait((stop, conn.lost), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    race.cancel()
+            if conn.lost.done():
+                raise MqttError(conn.lost.result())
+            self._taking = False
+            await self._goodbye(conn)
         finally:
-            self.connected = False
+            self.connected, self._conn, self._taking = False, None, False
             self.outbox.disconnect()
+            for item in self._flying.values():
+                self.outbox.lost(item)
+            self._flying.clear()
 
     def _lost(self, reason: str, retry_in: float, *, first: bool) -> None:
         """Logged as a warning once per outage, then at INFO for each failed retry."""
@@ -227,87 +233,80 @@ class Bridge:
             retry_in=round(retry_in, 2))  # fmt: skip
         self.status_line()
 
-    async def _goodbye(self, client: aiomqtt.Client) -> None:
+    async def _goodbye(self, conn: MqttConnection) -> None:
         """A clean stop: calls in flight finish (at most DRAIN s), replies go out,
         then the retained `offline`."""
         deadline = self._loop.time() + DRAIN
         await self.dispatch.drain(deadline)
-        # the writer takes replies first; a few ms see them handed to the connection
+        # replies go out first; a few ms see them handed to the connection
         while self.outbox.pending_replies and self._loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         try:
-            await client.publish(self.topics.bridge_state, bridge_state(False), self.cfg.qos,
-                                 retain=True, timeout=GOODBYE_TIMEOUT)  # fmt: skip
-        except aiomqtt.MqttError as exc:
-            log.warning("mqtt_offline_not_sent", reason=str(exc))
+            mid = conn.publish(self.topics.bridge_state, bridge_state(False), self.cfg.qos,
+                               True, None)  # fmt: skip
+            async with asyncio.timeout(GOODBYE_TIMEOUT):
+                await conn.published(mid)
+        except (MqttError, TimeoutError) as exc:
+            log.warning("mqtt_offline_not_sent", reason=str(exc) or "no acknowledgement")
+        await conn.disconnect()
 
     # --- publishing ----------------------------------------------------------------------
-    async def _write(self, client: aiomqtt.Client, tasks: Tasks) -> None:
-        """Drain the outbox: at most PUBLISH_WINDOW publishes unacknowledged at once, each
-        a task of the connection's owner `tasks`."""
-        window = asyncio.Semaphore(PUBLISH_WINDOW)
-        while True:
-            self._wake.clear()  # (before pop: a wakeup after it is not missed)
-            item = self.outbox.pop()
-            if item is None:
-                await self._wake.wait()
-                continue
-            await window.acquire()
-            tasks.start(self._publish(client, item, window))
-
-    async def _publish(
-        self, client: aiomqtt.Client, item: Outgoing, window: asyncio.Semaphore
-    ) -> None:
-        properties = None
-        if item.correlation is not None and self.cfg.broker.mqtt5:
-            properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-            properties.CorrelationData = item.correlation
+    def _pump(self) -> None:
+        """Publish what the outbox holds, while the window and the socket allow; called
+        whenever something is ready or a publish was acknowledged (re-entry is a no-op:
+        the outer call goes on popping)."""
+        conn = self._conn
+        if conn is None or self._pumping:
+            return
+        self._pumping = True
+        qos, flying, outbox = self.cfg.qos, self._flying, self.outbox
         try:
-            await client.publish(item.topic, item.payload, self.cfg.qos, item.retain, properties)
-        except (aiomqtt.MqttError, ValueError) as exc:
-            self.outbox.lost(item)
-            log.debug("publish_failed", topic=item.topic, error=str(exc))
-        except asyncio.CancelledError:
-            self.outbox.lost(item)
-            raise
+            while len(flying) < PUBLISH_WINDOW and conn.pending < OUT_MAX:
+                item = outbox.pop()
+                if item is None:
+                    return
+                try:
+                    mid = conn.publish(item.topic, item.payload, qos, item.retain,
+                                       item.correlation)  # fmt: skip
+                except (MqttError, ValueError) as exc:
+                    outbox.lost(item)
+                    log.debug("publish_failed", topic=item.topic, error=str(exc))
+                    continue
+                flying[mid] = item
         finally:
-            window.release()
+            self._pumping = False
+
+    def _published(self, mid: int) -> None:
+        """Publish `mid` was acknowledged (QoS 0: written): its slot is free."""
+        if self._flying.pop(mid, None) is not None:
+            self._pump()
 
     # --- requests --------------------------------------------------------------------------
-    async def _read(self, client: aiomqtt.Client) -> None:
-        """Hand each request to the dispatcher until the connection ends (MqttError)."""
-        async for message in client.messages:
-            topic = message.topic.value
-            payload = message.payload if isinstance(message.payload, bytes) else b""
-            if topic == HA_STATUS:
-                if payload.strip() == b"online":
-                    self.outbox.resend(f"{HA_PREFIX}/")
-                continue
-            device = self.topics.device_of_call(topic)
-            if device is None:
-                continue
-            if message.retain:  # a stale request kept by the broker: never run it again
-                log.warning("call_refused", device=device, reason="a retained request")
-                continue
-            props = message.properties
-            self.dispatch.receive(
-                device,
-                payload,
-                response_topic=_prop(props, "ResponseTopic", str),
-                correlation=_prop(props, "CorrelationData", bytes),
-                expiry=_prop(props, "MessageExpiryInterval", int),
-            )
-        raise aiomqtt.MqttError("the connection ended")
+    def _on_message(self, message: Any) -> None:
+        """One message from the broker (paho's callback): a request goes to the dispatcher."""
+        topic = message.topic
+        payload = message.payload if isinstance(message.payload, bytes) else b""
+        if topic == HA_STATUS:
+            if payload.strip() == b"online":
+                self.outbox.resend(f"{HA_PREFIX}/")
+            return
+        device = self.topics.device_of_call(topic)
+        if device is None or not self._taking:
+            return
+        if message.retain:  # a stale request kept by the broker: never run it again
+            log.warning("call_refused", device=device, reason="a retained request")
+            return
+        props = getattr(message, "properties", None)
+        self.dispatch.receive(
+            device,
+            payload,
+            response_topic=_prop(props, "ResponseTopic", str),
+            correlation=_prop(props, "CorrelationData", bytes),
+            expiry=_prop(props, "MessageExpiryInterval", int),
+        )
 
 
-def _why(exc: BaseException) -> str:
-    """An MqttError's words, with the cause aiomqtt wraps ("the connection was lost")."""
-    reason = str(exc) or type(exc).__name__
-    cause = exc.__cause__
-    return f"{reason}: {cause}" if cause is not None and str(cause) else reason
-
-
-def _prop(props: Properties | None, name: str, kind: type[T]) -> T | None:
+def _prop(props: Any, name: str, kind: type[T]) -> T | None:
     """An MQTT 5 property of a received message, when it is there and of its type."""
     value = getattr(props, name, None) if props is not None else None
     return value if isinstance(value, kind) else None

@@ -371,10 +371,11 @@ class Intake:
     def finish(self, run: Run, api_reply: dict[str, Any], now: float) -> Answer:
         """verld answered `run` (or the bridge answered for it: link_down, busy)."""
         reply = call_reply(api_reply, run.request.echo)
+        payload = encode(reply)  # (once: for the reply cache and for the publish)
         routes = [run.route]
         if run.key is not None:
-            routes = self.cache.finish(run.key, encode(reply), now) or routes
-        return self._answer(None, tuple(routes), reply, now)
+            routes = self.cache.finish(run.key, payload, now) or routes
+        return self._answer(None, tuple(routes), reply, now, payload)
 
     def expire(self, run: Run) -> None:
         """`run` waited in the bridge past its deadline: dropped, no reply."""
@@ -382,10 +383,9 @@ class Intake:
         if run.key is not None:
             self.cache.abandon(run.key)
 
-    def _answer(
-        self, key: Key | None, routes: tuple[Route, ...], reply: dict[str, Any], now: float
-    ) -> Answer:
-        payload = encode(reply)
+    def _answer(self, key: Key | None, routes: tuple[Route, ...], reply: dict[str, Any],
+                now: float, payload: bytes | None = None) -> Answer:  # fmt: skip
+        payload = encode(reply) if payload is None else payload
         if key is not None:
             self.cache.store(key, payload, now)
         self.counters.replies += len(routes)

@@ -24,10 +24,10 @@ downwards too: a call verld refuses `busy` because the bridge's share is full
 of failing (dispatch.py). Each new verld connection starts again (a reload may have
 changed the window or the share).
 
-A call must get its one reply even when the connection dies under it: the client
-library's futures are failed when its reader ends, but a call written after that
-would wait for ever, so each call also waits on the connection's `lost` future and
-answers `link_down` itself. A verld that stops answering `status` within
+The connection is a `verldconn.VerldConn` (an asyncio Protocol: no reader task, events
+handed over as they are read). A call must get its one reply even when the connection
+dies under it: its future fails when the connection ends, and a call made after that
+answers `link_down` at once. A verld that stops answering `status` within
 `STATUS_TIMEOUT` is treated as gone (a hung daemon looks like a live socket).
 """
 
@@ -42,11 +42,11 @@ from typing import Any
 
 import structlog
 
-from verld.client import AsyncClient
 from verld.client.messages import ClientError, Unreachable
 from verld.mqtt.calls import error_reply
 from verld.mqtt.outbox import Outbox
 from verld.mqtt.topics import DeviceState, Topics, event_payload, status_payload
+from verld.mqtt.verldconn import VerldConn
 
 log = structlog.get_logger("verld.mqtt.device")
 
@@ -184,12 +184,6 @@ class Backoff:
         self.current = 0.0
 
 
-@dataclass(slots=True)
-class _Connection:
-    client: AsyncClient
-    lost: asyncio.Future[None]
-
-
 class Device:
     """One verld socket; see the module docstring."""
 
@@ -214,7 +208,7 @@ class Device:
         self.pending_by: Counter[str] = Counter()  #: the same, by requester (reply topic)
         self.slots = FairSlots(MAX_IN_FLIGHT)
         self.verld_dropped = 0  #: events verld dropped for this client (overflow)
-        self._conn: _Connection | None = None
+        self._conn: VerldConn | None = None
         self._reason = "not connected yet"
         self._warned = False
         self._kick = asyncio.Event()
@@ -228,34 +222,32 @@ class Device:
         """Connect, follow, reconnect: until cancelled."""
         backoff = Backoff()
         while True:
-            client = AsyncClient(self.socket_path)
-            try:  # (closed however this ends, cancelled too: its reader task with it)
-                hello, status = await self._open(client)
+            conn: VerldConn | None = None
+            try:  # (closed however this ends, cancelled too)
+                conn = await VerldConn.open(self.socket_path, self._on_event)
+                hello, status = await self._open(conn)
             except (ClientError, OSError, ValueError, TimeoutError) as exc:
                 reason = _reason(exc)
             else:
                 backoff.reset()
-                await self._follow(client, hello, status)
+                await self._follow(conn, hello, status)
                 reason = self._reason
             finally:
-                await client.close()
+                if conn is not None:
+                    conn.close()
             self._unreachable(reason, backoff.next())
             await asyncio.sleep(backoff.current)
 
-    async def _open(self, client: AsyncClient) -> tuple[dict[str, Any], dict[str, Any]]:
-        await client.connect()
+    async def _open(self, conn: VerldConn) -> tuple[dict[str, Any], dict[str, Any]]:
         async with asyncio.timeout(STATUS_TIMEOUT):
-            hello = await client.hello(CLIENT_NAME)
-            await client.subscribe(["events", "link"])
-            status = await client.status()
+            hello = await conn.ask("hello", client=CLIENT_NAME)
+            await conn.ask("subscribe", topics=["events", "link"])
+            status = await conn.ask("status")
         return hello, status
 
-    async def _follow(
-        self, client: AsyncClient, hello: dict[str, Any], status: dict[str, Any]
-    ) -> None:
+    async def _follow(self, conn: VerldConn, hello: dict[str, Any], status: dict[str, Any]) -> None:
         """Serve one connection until verld closes it, or stops answering `status` (the
-        caller closes the client)."""
-        conn = self._conn = _Connection(client, asyncio.get_running_loop().create_future())
+        caller closes the connection)."""
         device = hello.get("device")
         window = device.get("window") if isinstance(device, dict) else None
         self.slots.reset(in_flight(window))  # (learned again on each connection)
@@ -268,23 +260,21 @@ class Device:
                  daemon=self.daemon, link=_link_state(status))  # fmt: skip
         self._status(status)
         self._set(self.state.from_status(status), force=True)
-        reader = asyncio.create_task(self._read(conn))
+        self._conn = conn
         poller = asyncio.create_task(self._poll(conn))
         try:
-            await asyncio.wait((reader, poller), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((conn.lost, poller), return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._conn = None
-            if not conn.lost.done():
-                conn.lost.set_result(None)  # (calls in flight answer link_down)
-            for task in (reader, poller):
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-                except Exception as exc:  # a bug: logged, and the connection starts over
-                    log.error("device_task_crashed", device=self.name, error=repr(exc),
-                              exc_info=exc)  # fmt: skip
+            conn.close()  # (calls in flight answer link_down)
+            poller.cancel()
+            try:
+                await poller
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # a bug: logged, and the connection starts over
+                log.error("device_task_crashed", device=self.name, error=repr(exc),
+                          exc_info=exc)  # fmt: skip
 
     def _unreachable(self, reason: str, retry_in: float) -> None:
         """Logged once per outage (then at DEBUG); the state says `unreachable`."""
@@ -307,10 +297,6 @@ class Device:
         self.outbox.retain(self.topics.status(self.name), status_payload(reply))
 
     # --- events and status -----------------------------------------------------------
-    async def _read(self, conn: _Connection) -> None:
-        async for event in conn.client.events():
-            self._on_event(event)
-
     def _on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
         if kind == "device":
@@ -328,7 +314,7 @@ class Device:
             self.verld_dropped += dropped if type(dropped) is int else 0
             log.warning("events_dropped", device=self.name, where="verld", dropped=dropped)
 
-    async def _poll(self, conn: _Connection) -> None:
+    async def _poll(self, conn: VerldConn) -> None:
         """A status snapshot every status_interval (0: when a link event kicks it);
         returns when verld does not answer one."""
         self._kick.clear()
@@ -340,10 +326,10 @@ class Device:
             if not await self._fetch(conn):
                 return
 
-    async def _fetch(self, conn: _Connection) -> bool:
+    async def _fetch(self, conn: VerldConn) -> bool:
         try:
             async with asyncio.timeout(STATUS_TIMEOUT):
-                reply = await conn.client.status()
+                reply = await conn.ask("status")
         except (ClientError, OSError, TimeoutError) as exc:
             self._reason = f"status failed: {_reason(exc)}"
             return False
@@ -360,23 +346,12 @@ class Device:
         if self.max_payload is not None and size > self.max_payload:
             return error_reply("bad_request", f"{size} bytes of data is more than the "
                                f"device's max_payload ({self.max_payload})")  # fmt: skip
-        request = asyncio.ensure_future(conn.client.request("call", **fields))
         try:
-            await asyncio.wait((request, conn.lost), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not request.done():
-                request.cancel()
-        if not request.done() or request.cancelled():
-            return error_reply("link_down", "the connection to verld was lost")
-        exc = request.exception()
-        if isinstance(exc, Unreachable):
+            return await conn.request("call", **fields)
+        except Unreachable as exc:
             return error_reply("link_down", f"the connection to verld was lost: {exc.message}")
-        if isinstance(exc, ClientError):
+        except ClientError as exc:
             return exc.reply or error_reply(exc.code, exc.message)
-        if exc is not None:
-            log.error("call_failed", device=self.name, error=repr(exc))
-            return error_reply("link_down", f"verld-mqtt could not run the call: {exc}")
-        return request.result()
 
 
 def _reason(exc: BaseException) -> str:

@@ -63,7 +63,7 @@ def _why(exc: BaseException) -> str:
 
 async def serve(cfg: BridgeConfig, secrets: Secrets) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code."""
-    from verld.mqtt.bridge import Bridge  # (aiomqtt: only needed to run)
+    from verld.mqtt.bridge import Bridge  # (paho-mqtt: only needed to run)
 
     loop = asyncio.get_running_loop()
     bridge = Bridge(cfg, secrets)
@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.setup(cfg.log.level, cfg.log.format)
     try:
-        import aiomqtt  # noqa: F401 (present, or say how to get it)
+        import paho.mqtt.client  # noqa: F401 (present, or say how to get it)
     except ImportError:
-        log.error("cannot_start", error="aiomqtt is not installed: pip install 'verld[mqtt]'")
+        log.error("cannot_start", error="paho-mqtt is not installed: pip install 'verld[mqtt]'")
         return 1
     try:
         secrets = read_secrets(cfg)
