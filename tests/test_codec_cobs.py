@@ -94,3 +94,37 @@ class TestProperties:
         assert 0 not in encoded
         assert len(encoded) <= cobs.max_encoded_length(len(data))
         assert cobs.decode(encoded) == data
+
+
+class TestNative:
+    def test_native_extension_is_used_where_installed(self) -> None:
+        """With the `fast` extra's cobs package installed, its C extension does the work."""
+        import importlib.util
+
+        assert (importlib.util.find_spec("cobs") is not None) == cobs.NATIVE
+
+    @given(st.binary(max_size=1200))
+    @example(bytes(range(1, 255)))
+    @example(b"\x00" + bytes(range(1, 255)) * 2)
+    @settings(max_examples=400)
+    def test_encode_matches_the_python_encoder(self, data: bytes) -> None:
+        """encode (C where installed) gives this module's own bytes for any data."""
+        assert cobs.encode(data) == cobs.py_encode(data)
+        if len(data) < 254:
+            assert cobs.encode_short(data) == cobs.py_encode(data)
+
+    @given(st.binary(min_size=1, max_size=1200))
+    @example(b"\x01\xff" + bytes(range(1, 255)))
+    @settings(max_examples=400)
+    def test_decode_agrees_with_the_python_decoder(self, encoded: bytes) -> None:
+        """decode and decode_nonempty accept and refuse exactly what the Python decoder does."""
+        try:
+            expected: bytes | None = cobs.py_decode(encoded)
+        except ValueError:
+            expected = None
+        for decode in (cobs.decode, cobs.decode_nonempty):
+            try:
+                got: bytes | None = decode(encoded)
+            except cobs.DECODE_ERRORS:
+                got = None
+            assert got == expected

@@ -159,6 +159,30 @@ class TestLimits:
         finally:
             d.stop()
 
+    @pytest.mark.timeout(30)
+    def test_small_max_backlog_still_drops_a_client_that_never_reads(
+        self, tmp_path: Path, sim: SimProc
+    ) -> None:
+        """max_backlog below the 64 KiB high-water mark: a non-reader is dropped past it."""
+        d = start(tmp_path, sim, api={"max_backlog": 8192})
+        try:
+            raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            raw.connect(d.socket)
+            body = b'{"op":"status","id":1}'
+            status = struct.pack(">I", len(body)) + body
+            try:
+                for _ in range(40):  # ~1 KiB of reply per status request, never read
+                    raw.send(status * 20)
+            except OSError:
+                pass  # dropped already
+            wait_for(lambda: d.status()["limits_hit"].get("max_backlog", 0) >= 1, 10,
+                     "the non-reader dropped")  # fmt: skip
+            assert d.client().call(b"\x01still here").data == b"still here"
+            raw.close()
+        finally:
+            d.stop()
+
 
 class TestAbandonedCalls:
     def test_departed_clients_call_frees_the_window(self, tmp_path: Path, sim: SimProc) -> None:

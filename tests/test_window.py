@@ -101,6 +101,19 @@ class TestSeqs:
         assert [c.seq for c in fresh] == [65534, 65535, 3, 4]
         assert len(w) == 7 and len({c.seq for c in w}) == 7
 
+    def test_add_all_hands_out_the_seqs_add_would(self) -> None:
+        """add_all gives a batch the seqs one add each would (skipping outstanding ones)."""
+        w, w2 = near_wrap(), near_wrap()
+        batch = [call(timeout=t) for t in (5.0, 2.0, 9.0, 3.0)]
+        one_by_one = [call(timeout=t) for t in (5.0, 2.0, 9.0, 3.0)]
+        assert w.add_all(batch, 10.0) == 12.0  # the earliest deadline of the batch
+        for c in one_by_one:
+            w2.add(c, 10.0)
+        assert [c.seq for c in batch] == [c.seq for c in one_by_one] == [65534, 65535, 3, 4]
+        assert [c.deadline for c in batch] == [15.0, 12.0, 19.0, 13.0]
+        assert all(c.tries == 1 and w.holds(c) for c in batch)
+        assert w.add_all([], 10.0) == math.inf
+
     def test_seqs_continue_across_a_drain(self) -> None:
         """Draining (a lost link) does not restart the seqs: a reconnect continues counting."""
         w = Window(8)

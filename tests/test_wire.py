@@ -98,6 +98,11 @@ class TestCallFields:
         with pytest.raises(ApiError):
             wire.call_fields(self.req(data="AA=A"))
 
+    def test_data_alone_gets_the_defaults(self) -> None:
+        """A call of data alone (the usual form): no timeout, retry or wait of its own."""
+        assert wire.call_fields(self.req(data="AaoA")) == (b"\x01\xaa\x00", None, None, False)
+        assert wire.call_fields(self.req(data="AaoA", wait=True))[3] is True
+
     def test_text_is_sent_as_utf8(self) -> None:
         """text is sent as its UTF-8 bytes."""
         assert wire.call_fields(self.req(text="é"))[0] == "é".encode()
@@ -108,6 +113,9 @@ class TestCallFields:
             {},
             {"data": "AA==", "text": "x"},
             {"data": 5},
+            {"data": None},
+            {"data": "é"},
+            {"data": "AA=A"},
             {"text": None, "data": None},
             {"data": "", "timeout": 0},
             {"data": "", "timeout": True},

@@ -56,7 +56,6 @@ class Call:
         owner: Hashable | None,
         payload: bytes,
         done: Callable[[CallResult], None],
-        *,
         timeout: float,
         retry: int,
         wait: bool = False,
@@ -150,6 +149,30 @@ class _Owners:
             self.served = None
         return call
 
+    def take_turns(self, n: int, excl: Hashable | None) -> list[Call]:
+        """`take(excl)` up to n times: the next n calls, one owner at a time in turn."""
+        out: list[Call] = []
+        if excl is not None:
+            while len(out) < n and (call := self.take(excl)) is not None:
+                out.append(call)
+            return out
+        ring, queues = self.ring, self.queues
+        served = self.served
+        while ring and len(out) < n:
+            owner = ring.popleft()
+            queue = queues[owner]
+            call = queue.popleft()
+            call.queued = False
+            out.append(call)
+            if queue:
+                ring.append(owner)
+                served = owner
+            else:
+                del queues[owner]
+                served = None
+        self.served = served
+        return out
+
     def remove(self, call: Call) -> None:
         queue = self.queues[call.owner]
         queue.remove(call)
@@ -222,13 +245,7 @@ class FairQueue:
 
     def take(self, n: int) -> list[Call]:
         """Up to n calls, one owner at a time in turn (only the lease holder's while leased)."""
-        out: list[Call] = []
-        take, excl = self._owners.take, self.exclusive
-        while len(out) < n:
-            call = take(excl)
-            if call is None:
-                break
-            out.append(call)
+        out = self._owners.take_turns(n, self.exclusive)
         self.waiting -= len(out)
         return out
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from verld.alarm import Alarm, Clock
-from verld.calls import Call, FairQueue
+from verld.calls import Call, CallResult, FairQueue
 from verld.codec.base import Inbound, Kind, LinkCodec
 from verld.link import Link, LinkState
 from verld.stats import Counters, Stats
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("verld.session")
 
 _UP = LinkState.UP
+_REPLY = Kind.REPLY
+_new_tuple = tuple.__new__  #: CallResult's own __new__ is a Python function: once per call
 EventSink = Callable[[bytes, str | None, int], None]
 #: (dir "tx"/"rx", kind, seq, status, payload) for every frame: the `traffic` topic
 TrafficTap = Callable[[str, str, int | None, int | None, bytes], None]
@@ -53,6 +55,7 @@ class Receiving:
     _on_event: EventSink
     _traffic: TrafficTap | None
     _debug: bool
+    precise: Callable[[], float]
 
     def pump(self) -> None: ...
     def hold(self) -> None: ...
@@ -70,9 +73,13 @@ class Receiving:
         if self.link.noise(now):
             return  # after a timeout (no seqs): discarded until the line has been quiet
         frames = self.codec.feed(data, bool(self.window))
-        if not frames and heard is not None:
-            self.line.unfinished()  # (a reply whose end only silence tells)
-        self.frames_in(frames, now)
+        if frames:
+            self.frames_in(frames, now)
+        else:
+            if heard is not None:
+                self.line.unfinished()  # (a reply whose end only silence tells)
+            if self.codec.desync is not None:
+                self.frames_in(frames, now)
 
     def _line_quiet(self, frames: list[Inbound]) -> None:
         """The line fell silent: the frames that ended, then the next calls."""
@@ -81,40 +88,67 @@ class Receiving:
         self.pump()
 
     def frames_in(self, frames: list[Inbound], now: float) -> None:
-        """Decoded frames: replies to their calls, events to the listeners."""
+        """Decoded frames: replies to their calls, events to the listeners.
+
+        The window slots are freed first and refilled in one write, so the device works
+        on the next calls while the replies go out to their clients. The usual reply
+        (status 0 to a client call, no unit, no DEBUG) ends its call right here: what
+        `finish` does, without the trip through it (the per-call hot path).
+        """
         if frames:
             if self._traffic is not None:
                 for f in frames:
                     kind = "reply" if f.kind is Kind.REPLY else "event"
                     self._traffic("rx", kind, f.seq, f.status, f.data)
             self.counters.frames_rx += len(frames)
-            self.link.activity(now)
-            self._received(frames, now)
+            link = self.link
+            link.activity(now)
+            match = self.window.match
+            matched = [match(f.seq) if f.kind is _REPLY else None for f in frames]
+            queue = self.queue
+            if queue.waiting:
+                self.pump()
+            self.hold()  # replies to pings may pump again: still one write
+            try:
+                self._complete_all(frames, matched, now)
+            finally:
+                self.flush()
         if self.codec.desync is not None:
             self.stats.desyncs += 1
             self.lose(f"stream out of step: {self.codec.desync}")
 
-    def _received(self, frames: list[Inbound], now: float) -> None:
-        """Free the window slots first and refill them in one write, so the device works
-        on the next calls while the replies go out to their clients."""
-        if len(frames) == 1 and frames[0].kind is Kind.REPLY:  # the common case
-            call = self._match(frames[0])
-            if call is not None:
-                if self.queue.waiting:
-                    self.pump()
-                self._complete(call, frames[0], now)
-            return
-        matched = [self._match(f) if f.kind is Kind.REPLY else None for f in frames]
-        self.pump()
-        self.hold()  # replies to pings may pump again: still one write
-        try:
-            for frame, call in zip(frames, matched, strict=True):
-                if call is not None:
-                    self._complete(call, frame, now)
-                elif frame.kind is not Kind.REPLY:  # (a reply without a call is stale)
+    def _complete_all(self, frames: list[Inbound], matched: list[Call | None], now: float) -> None:
+        """Each frame in order: its call ends (a reply), or it goes to the listeners."""
+        replied = False
+        precise, generation = self.precise, self.link.generation
+        counters, latency, queue = self.counters, self.stats.latency, self.queue
+        fast = not self._debug
+        for frame, call in zip(frames, matched, strict=True):
+            if call is None:
+                if frame.kind is not _REPLY:
                     self._device_event(frame)
-        finally:
-            self.flush()
+                else:  # a reply without a call is stale
+                    self.counters.stale += 1
+                    if self._debug:
+                        log.debug("stale_reply", seq=frame.seq)
+                continue
+            if not replied:
+                replied = True
+                self.link.reply(now)
+            if frame.status == 0 and fast and call.unit < 0 and not call.is_ping:
+                elapsed = precise() - call.t_submit
+                outcomes = call.outcomes
+                if outcomes is not None:
+                    outcomes["ok"] = outcomes.get("ok", 0) + 1
+                counters.calls += 1
+                counters.calls_ok += 1
+                latency.observe(elapsed)
+                if call.counted:
+                    queue.release(call)
+                result = (None, "ok", 0, frame.data, frame.text, elapsed * 1000, generation)
+                call.done(_new_tuple(CallResult, result))
+            else:
+                self._complete(call, frame, now)
 
     def _device_event(self, frame: Inbound) -> None:
         if self.link.state is _UP:
@@ -122,15 +156,6 @@ class Receiving:
             self._on_event(frame.data, frame.text, self.link.generation)
         else:  # before the handshake reply: left over from an earlier session
             self.stats.early_events += 1
-
-    def _match(self, frame: Inbound) -> Call | None:
-        """The outstanding call a reply answers (taken off the link), or None: stale."""
-        call = self.window.match(frame.seq)
-        if call is None:
-            self.counters.stale += 1
-            if self._debug:
-                log.debug("stale_reply", seq=frame.seq)
-        return call
 
     def _complete(self, call: Call, frame: Inbound, now: float) -> None:
         """A matched reply: the call ends with the device's status and data."""
@@ -147,5 +172,5 @@ class Receiving:
             if not self.window:
                 self._sweep.cancel()  # an idle link: no wake-up for a deadline long met
             self.timers.arm_heartbeat()
-        if self.queue.waiting and self.queue.ready():
+        if self.queue.waiting:
             self.pump()

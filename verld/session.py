@@ -276,9 +276,9 @@ class Session(Receiving):
         transport = self._transport
         assert transport is not None
         now = self.clock.time()
-        add, encode, earliest = self.window.add, self.codec.encode_request, self._sweep.at
+        earliest = self.window.add_all(calls, now)
+        encode = self.codec.encode_request
         for call in calls:
-            earliest = min(earliest, add(call, now))
             call.frame = encode(call.seq, call.payload)
             if call.is_ping:
                 self.counters.pings += 1
@@ -290,8 +290,9 @@ class Session(Receiving):
                 self._traffic("tx", kind, call.seq, None, call.payload)
         self.counters.frames_tx += len(calls)
         self.line.sent(calls, now)
-        self._sweep.set_earlier(earliest)
-        transport.write(calls[0].frame if len(calls) == 1 else b"".join(c.frame for c in calls))
+        if earliest < self._sweep.at:
+            self._sweep.set(earliest)
+        transport.write(calls[0].frame if len(calls) == 1 else b"".join([c.frame for c in calls]))
 
     def resend(self, call: Call) -> None:
         """A retry: the same bytes with the same seq, so a device may answer from a cache."""

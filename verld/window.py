@@ -59,6 +59,23 @@ class Window:
         call.deadline = deadline = now + call.timeout
         return deadline
 
+    def add_all(self, calls: list[Call], now: float) -> float:
+        """`add` for each call in turn; the earliest deadline of them (returned)."""
+        slots = self._calls
+        seq = self._next_seq
+        earliest = math.inf
+        for call in calls:
+            while seq in slots:
+                seq = (seq + 1) % SEQ_MOD
+            call.seq = seq
+            call.tries += 1
+            slots[seq] = call
+            call.deadline = deadline = now + call.timeout
+            earliest = min(earliest, deadline)
+            seq = (seq + 1) % SEQ_MOD
+        self._next_seq = seq
+        return earliest
+
     def readd(self, call: Call, now: float) -> float:
         """A retry: the same seq again, a fresh deadline (returned)."""
         call.tries += 1

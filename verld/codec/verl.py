@@ -50,6 +50,9 @@ _KIND_REPLY, _KIND_EVENT = Kind.REPLY, Kind.EVENT  #: module globals: faster tha
 _DAEMON_ACCEPTS = frozenset({_REPLY, _EVENT})
 _DEVICE_ACCEPTS = frozenset({_REQUEST})
 _new_tuple = tuple.__new__
+_encode_short, _decode, _DECODE_ERRORS = cobs.encode_short, cobs.decode_nonempty, cobs.DECODE_ERRORS
+_SHORT = 254  #: bodies shorter than this take `cobs.encode_short`
+_crc32, _CRC_UNPACK = zlib.crc32, _CRC.unpack_from
 
 
 class VerlFrame(NamedTuple):
@@ -127,14 +130,33 @@ class FrameDecoder:
             self._overflow()
         elif last:
             self._tail += last
+        # Each chunk between zeros is checked here, in one loop (once per frame): not too
+        # long, valid COBS, a type this side accepts, its size, its CRC.
         bodies = []
+        bad = 0
+        max_chunk, max_body, accept = self._max_chunk, self._max_body, self._accept
         for chunk in chunks:
-            if chunk:
-                body = self._check(chunk)
-                if body is None:
-                    self.bad_frames += 1
-                else:
+            if not chunk:
+                continue
+            if len(chunk) <= max_chunk:
+                try:
+                    body = _decode(chunk)  # (never empty)
+                except _DECODE_ERRORS:
+                    body = b""
+                size = len(body)
+                if (
+                    _OVERHEAD <= size <= max_body
+                    and body[0] in accept  # a bad version fails here too
+                    and _crc32(body[:-4]) == _CRC_UNPACK(body, size - 4)[0]
+                    # a reply needs its status byte; a request's or event's payload has
+                    # none: one byte less allowed
+                    and (size > _OVERHEAD if body[0] == _REPLY else size < max_body)
+                ):
                     bodies.append(body)
+                    continue
+            bad += 1
+        if bad:
+            self.bad_frames += bad
         return bodies
 
     def _overflow(self) -> None:
@@ -142,27 +164,6 @@ class FrameDecoder:
         self.bad_frames += 1
         self._tail.clear()
         self._skipping = True
-
-    def _check(self, chunk: bytes) -> bytes | None:
-        """The body of a chunk that is a frame this side may receive, else None."""
-        if len(chunk) > self._max_chunk:
-            return None
-        try:
-            body = cobs.decode(chunk)
-        except ValueError:
-            return None
-        size = len(body)
-        if size < _OVERHEAD or size > self._max_body:
-            return None
-        kind = body[0]
-        if kind not in self._accept:  # a bad version fails here too
-            return None
-        if zlib.crc32(body[:-4]) != _CRC.unpack_from(body, size - 4)[0]:
-            return None
-        if kind == _REPLY:
-            return body if size > _OVERHEAD else None  # needs its status byte
-        # a request's or an event's payload has no status byte: one less allowed
-        return body if size < self._max_body else None
 
 
 class VerlCodec:
@@ -178,9 +179,9 @@ class VerlCodec:
 
     def encode_request(self, seq: int, payload: bytes) -> bytes:
         """The wire bytes of request `seq` (`encode_frame`, inlined: once per call)."""
-        head = _HEAD.pack(_REQUEST, seq)  # struct.error for a seq outside 0..65535
-        crc = zlib.crc32(payload, zlib.crc32(head))
-        return b"\x00" + cobs.encode(head + payload + _CRC.pack(crc)) + b"\x00"
+        body = _HEAD.pack(_REQUEST, seq) + payload  # struct.error for a seq outside 0..65535
+        body += _CRC.pack(zlib.crc32(body))
+        return b"\x00%s\x00" % (_encode_short if len(body) < _SHORT else cobs.encode)(body)
 
     def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
         """Replies (with their seq) and events from `data`; `awaiting_reply` is moot here."""

@@ -38,6 +38,8 @@ from verld.transport import open_link
 
 __all__ = ["CannotServe", "Core", "Front", "FrontCounts", "Listener"]
 
+_CONNECTING = LinkState.CONNECTING
+
 
 class Burst:
     """`with core.burst():` the calls submitted inside go to the device in one write
@@ -128,11 +130,10 @@ class Core:
         open attempt is under way (at start, say), else fails at once when the link
         is not up."""
         dev = self.cfg.device
-        retry = dev.retry if retry is None else retry
         if wait is None:
-            wait = self._session.link.state is LinkState.CONNECTING
-        call = Call(owner, payload, done, timeout=timeout or dev.timeout, retry=retry,
-                    wait=wait, req_id=req_id)  # fmt: skip
+            wait = self._session.link.state is _CONNECTING
+        call = Call(owner, payload, done, timeout or dev.timeout,
+                    dev.retry if retry is None else retry, wait, req_id)  # fmt: skip
         if counts is not None:
             call.outcomes = counts.outcomes
         return call

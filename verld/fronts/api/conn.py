@@ -73,6 +73,7 @@ class ClientConn(asyncio.Protocol):
         self.name = ""
         self.topics: frozenset[str] = frozenset()
         self.paused = False
+        self._watch = True
         self.dropped = 0
         self.closed = False
         self.serial = serial
@@ -102,8 +103,12 @@ class ClientConn(asyncio.Protocol):
                 self.pid, self.uid, self.gid = _PEERCRED.unpack(raw)
             except OSError:
                 pass
-        high = max(64 * 1024, self.host.cfg.api.max_backlog // 4)
+        max_backlog = self.host.cfg.api.max_backlog
+        high = max(64 * 1024, max_backlog // 4)
         transport.set_write_buffer_limits(high=high, low=high // 4)
+        #: the backlog is read after each write only while it may be over max_backlog:
+        #: past the high-water mark (paused), or always when max_backlog is below it
+        self._watch = max_backlog < high
         self.host.attach(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -132,9 +137,13 @@ class ClientConn(asyncio.Protocol):
     # --- output -------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         transport = self.transport
-        if self.closed or transport is None or transport.is_closing():
+        if self.closed or transport is None:
+            return
+        if transport.is_closing():
             return
         transport.write(data)
+        if not (self.paused or self._watch):
+            return
         backlog = transport.get_write_buffer_size()
         if backlog > self.host.cfg.api.max_backlog:
             log.warning(
@@ -162,6 +171,10 @@ class ClientConn(asyncio.Protocol):
             bodies = self.decoder.feed(data)
         except wire.Oversize as exc:
             oversize, bodies = exc, exc.bodies
+        else:
+            if len(bodies) == 1 and not self._rest:  # the usual read: one message
+                self.host.request(self, bodies[0])
+                return
         if self._rest:  # (reading is paused, but a transport may deliver what it had)
             self._rest.extend(bodies)
             self._oversize = self._oversize or oversize
