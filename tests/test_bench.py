@@ -255,3 +255,19 @@ def test_silent_bridge_ends_a_lockstep_run_with_an_error(tmp_path: Path) -> None
         server.close()
     assert result["errors"] == 1 and result["missing"] == 1 and result["calls"] == 0
     assert "no reply within 0.3 s" in result["error_samples"][0]
+
+
+@pytest.mark.timeout(60)
+def test_hotpath_counts_the_call_path_of_this_checkout() -> None:
+    """tools/hotpath runs the API call path in one process and reports its cost per call."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "hotpath"), "--calls", "800", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    row = proc.stdout.strip().splitlines()[-1].split()
+    us, bytecodes, py_calls = (float(x) for x in row[-3:])
+    assert us > 0 and bytecodes > 100 and py_calls > 5

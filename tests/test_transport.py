@@ -1,16 +1,14 @@
 """The fd transport on a real pty, opened the way verld opens a serial port (pyserial).
 
 Strategy: `open_link` opens the slave end of a fresh pty pair; the test plays the
-device on the master end. The session's early `poll()` (used while the window is
-full) must deliver data exactly once and never turn the loop's now-empty readiness
-into a false hang-up, while a real hang-up is still reported.
+device on the master end. What the device writes reaches the handler exactly once,
+a quiet device is no hang-up, and a real hang-up is reported.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -71,56 +69,46 @@ async def until(pred: Callable[[], bool], limit: float = 2.0) -> None:
         await asyncio.sleep(0.005)
 
 
-class TestPoll:
-    def test_poll_on_a_quiet_device_reads_nothing_and_keeps_the_link(self) -> None:
-        """poll() with nothing sent: no data, no hang-up, then and after the loop runs."""
+class TestReading:
+    def test_a_quiet_device_is_no_hangup(self) -> None:
+        """Nothing sent: no data, no loss, while the loop runs."""
 
         async def body(transport: FdTransport, handler: Recorder, master: int) -> None:
-            transport.poll()
             await asyncio.sleep(0.05)
             assert (handler.data, handler.lost, transport.closed) == ([], [], False)
 
         run_on_pty(body)
 
-    def test_polled_data_arrives_once_and_the_empty_wakeup_is_no_hangup(self) -> None:
-        """Bytes read by poll() reach the handler once; the empty queued wakeup is no hang-up."""
-        # The reader callback that the loop already had queued then finds nothing, which is not a
-        # hang-up.
+    def test_device_bytes_arrive_once(self) -> None:
+        """Bytes the device writes reach the handler once, in order."""
 
         async def body(transport: FdTransport, handler: Recorder, master: int) -> None:
             os.write(master, b"\x00reply\x00")
-            # Blocks on purpose (asyncio.sleep would let the loop read the bytes first):
-            # the bytes cross the pty while the loop does not run, so only poll() reads them.
-            time.sleep(0.02)  # noqa: ASYNC251
-            transport.poll()
-            assert handler.data == [b"\x00reply\x00"]
-            transport._on_readable()  # what the loop runs next: its readiness was stale
+            await until(lambda: b"".join(handler.data) == b"\x00reply\x00")
             await asyncio.sleep(0.05)
             assert b"".join(handler.data) == b"\x00reply\x00"
             assert handler.lost == [] and not transport.closed
 
         run_on_pty(body)
 
-    def test_a_hangup_after_a_poll_is_still_reported(self) -> None:
-        """The device side closes after a poll(): the transport reports the loss."""
+    def test_a_hangup_is_reported_once(self) -> None:
+        """The device side closes: the transport reports the loss once and is closed."""
 
         async def body(transport: FdTransport, handler: Recorder, master: int) -> None:
-            transport.poll()
             os.close(master)
             await until(lambda: bool(handler.lost))
+            await asyncio.sleep(0.05)
             assert transport.closed and len(handler.lost) == 1
 
         run_on_pty(body)
 
-    def test_poll_after_close_does_nothing(self) -> None:
-        """A closed transport ignores poll() (no read on a closed or reused fd)."""
+    def test_bytes_after_close_reach_nobody(self) -> None:
+        """A closed transport delivers nothing more (no read on a closed or reused fd)."""
 
         async def body(transport: FdTransport, handler: Recorder, master: int) -> None:
-            os.write(master, b"late")
-            # Blocks on purpose, as above: the loop does not run, so nothing reads the bytes.
-            time.sleep(0.02)  # noqa: ASYNC251
             transport.close()
-            transport.poll()
+            os.write(master, b"late")
+            await asyncio.sleep(0.05)
             assert handler.data == [] and handler.lost == []
 
         run_on_pty(body)

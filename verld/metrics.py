@@ -35,6 +35,15 @@ class Histogram:
         self.sum += seconds
         self.max = max(self.max, seconds)
 
+    def observe_all(self, samples: list[float]) -> None:
+        """`observe` each of `samples`."""
+        counts = self.counts
+        for seconds in samples:
+            counts[bisect_left(BOUNDS, seconds)] += 1
+        self.total += len(samples)
+        self.sum += sum(samples)
+        self.max = max(self.max, *samples)
+
     def quantile(self, q: float) -> float:
         """The q-quantile, interpolated linearly inside its bucket (as Prometheus does)."""
         if not self.total:

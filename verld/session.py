@@ -80,7 +80,6 @@ class Session(Receiving):
         self._set_line()
         self._holds = 0
         self._pump_wanted = False
-        self._polled = False  #: the device was polled in this loop turn
         self._debug = False
         self._traffic: TrafficTap | None = None
         self._wire: WireTap | None = None
@@ -155,19 +154,35 @@ class Session(Receiving):
     def submit(self, call: Call) -> None:
         """Accept a call; its `done` runs exactly once, maybe before this returns."""
         call.t_submit = self.precise()
+        queue, link = self.queue, self.link
+        if (self._debug or link.closing or link.inhibited_by is not None
+                or link.state is not _UP or queue.exclusive is not None
+                or self._screen is not None):  # fmt: skip
+            self._submit(call)  # the rarer cases, one by one
+            return
+        # The usual call (the per-call hot path): the link is up and open to everyone.
+        full = queue.admit(call)
+        if full is not None:
+            self.finish(call, ErrorCode.BUSY, full)
+        elif queue.waiting or not self._sendable():
+            queue.push(call)
+            if self.window.room() > 0:  # (full: the next reply pumps)
+                self.pump()
+        else:
+            queue.sent_directly(call.unit)  # (that was its unit's turn, with units)
+            self.send([call])  # what pump would do, without the trip through the queue
+
+    def _submit(self, call: Call) -> None:
+        """`submit` with every case checked: DEBUG lines, closing, inhibited, down, a
+        lease, a line's screen."""
         if self._debug:
             log.debug("call_received", client=call.owner, request_id=call.req_id,
                       bytes=len(call.payload))  # fmt: skip
-        queue, link = self.queue, self.link
-        if (link.closing or link.inhibited_by is not None or link.state is not _UP
-                or queue.exclusive is not None or self._screen is not None):  # fmt: skip
-            refused = self._refusal(call)  # the rarer cases, one by one
-        else:
-            full = queue.admit(call)
-            refused = None if full is None else (ErrorCode.BUSY, full)
+        refused = self._refusal(call)
         if refused is not None:
             self.finish(call, *refused)
             return
+        queue, link = self.queue, self.link
         if not queue.waiting and queue.exclusive is None and self._sendable():
             queue.sent_directly(call.unit)  # (that was its unit's turn, with units)
             self.send([call])  # what _pump would do, without the trip through the queue
@@ -181,13 +196,6 @@ class Session(Receiving):
             self.timers.wait(call)
         elif self.window.room() > 0:  # full: the next reply pumps
             self.pump()
-        elif not self._polled and self._transport is not None:
-            # Full window, calls waiting: replies the device already sent free slots,
-            # so read them before more client requests (once per loop turn: the loop
-            # may have queued many clients ahead of the device's fd).
-            self._polled = True
-            self.clock.call_soon(self._unpoll)
-            self._transport.poll()
 
     def _refusal(self, call: Call) -> tuple[ErrorCode, str] | None:
         """Why a call ends at once (error code, message), or None: it is admitted."""
@@ -211,9 +219,6 @@ class Session(Receiving):
                 return ErrorCode.TIMEOUT, offline
         refused = self.queue.admit(call)
         return None if refused is None else (ErrorCode.BUSY, refused)
-
-    def _unpoll(self) -> None:
-        self._polled = False
 
     def forget_owner(self, owner: Hashable) -> None:
         """An owner went away: its queued calls are dropped unsent.

@@ -65,6 +65,14 @@ class Stats:
             c.calls_failed += 1
             self.errors[error] = self.errors.get(error, 0) + 1
 
+    def succeeded(self, elapsed: list[float]) -> None:
+        """Client calls that ended with success, with their elapsed seconds (`finished`
+        for each, at once: the reply path counts a batch of replies together)."""
+        c = self.counters
+        c.calls += len(elapsed)
+        c.calls_ok += len(elapsed)
+        self.latency.observe_all(elapsed)
+
     def closed_transport(self, bytes_tx: int, bytes_rx: int) -> None:
         tx, rx = self.bytes_prev
         self.bytes_prev = (tx + bytes_tx, rx + bytes_rx)

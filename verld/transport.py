@@ -53,8 +53,6 @@ class LinkTransport(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
-    def poll(self) -> None: ...
-
     def close(self) -> None: ...
 
 
@@ -74,9 +72,6 @@ class FdTransport:
         self._handler = handler
         self._pending = bytearray()
         self._writing = False
-        #: poll() read since the last reader callback: an empty read then means the
-        #: data that woke the loop is gone, not a hang-up (which stays readable)
-        self._polled = False
         self.closed = False
         self.bytes_tx = 0
         self.bytes_rx = 0
@@ -94,12 +89,8 @@ class FdTransport:
             self._lose(_os_reason(exc))
             return
         if not data:
-            if self._polled:  # poll() read what woke us: a hang-up stays readable
-                self._polled = False
-                return
             self._lose("hangup")
             return
-        self._polled = False
         self._deliver(data)
 
     def _deliver(self, data: bytes) -> None:
@@ -107,23 +98,6 @@ class FdTransport:
         if self.tap is not None:
             self.tap("rx", data)
         self._handler.link_data(data)
-
-    def poll(self) -> None:
-        """Read what the device has sent, if anything, without waiting for the loop.
-
-        The session calls this when its window is full and client requests are being
-        queued: replies that already arrived free slots sooner than the reader
-        callback, which may be behind many client callbacks in this loop turn.
-        """
-        if self.closed:
-            return
-        try:
-            data = os.read(self._fd, _READ_SIZE)
-        except OSError:
-            return  # nothing yet (EAGAIN), or a hang-up the reader callback will report
-        self._polled = True
-        if data:
-            self._deliver(data)
 
     def write(self, data: bytes) -> None:
         """Queue bytes; written at once when the fd can take them."""

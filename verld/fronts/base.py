@@ -118,7 +118,6 @@ class Core:
         owner: Hashable,
         payload: bytes,
         done: Callable[[CallResult], None],
-        *,
         timeout: float | None = None,
         retry: int | None = None,
         wait: bool | None = None,

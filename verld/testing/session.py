@@ -66,9 +66,6 @@ class Wire:
             if self.on_request is not None:
                 self.on_request(request)
 
-    def poll(self) -> None:
-        return None
-
     def deliver(self, data: bytes) -> None:
         """Bytes from the device."""
         if not self.closed:

@@ -69,8 +69,7 @@ def call(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
         else:
             conn.write(wire.encode(wire.call_reply(req_id, result, text=text)))
 
-    core.submit(core.make_call(api.counts, conn, payload, done, timeout=timeout, retry=retry,
-                               wait=wait, req_id=req_id))  # fmt: skip
+    core.submit(core.make_call(api.counts, conn, payload, done, timeout, retry, wait, req_id))
 
 
 def status(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
