@@ -82,6 +82,14 @@ def escape(data: bytes) -> bytes:
     return data.replace(b"\xff", b"\xff\xff") if 255 in data else data
 
 
+def _emit(events: list[Event], plain: bytearray, event: Event) -> None:
+    """`event` after the data read before it (which then starts afresh)."""
+    if plain:
+        events.append(Data(bytes(plain)))
+        plain.clear()
+    events.append(event)
+
+
 class Telnet:
     """One end of a telnet connection; see the module docstring."""
 
@@ -163,10 +171,7 @@ class Telnet:
             elif state == 2:  # the option of a WILL/WONT/DO/DONT
                 agreed = self._negotiate(self._verb, byte)
                 if agreed is not None:
-                    if plain:
-                        events.append(Data(bytes(plain)))
-                        plain.clear()
-                    events.append(agreed)
+                    _emit(events, plain, agreed)
                 state = 0
             elif state == 3:  # in a subnegotiation
                 if byte == IAC:
@@ -179,10 +184,7 @@ class Telnet:
             elif byte == SE:
                 event = self._sb_end()
                 if event is not None:
-                    if plain:
-                        events.append(Data(bytes(plain)))
-                        plain.clear()
-                    events.append(event)
+                    _emit(events, plain, event)
                 state = 0
             else:  # IAC + anything else inside SB: the subnegotiation is broken
                 self.ignored += 1
