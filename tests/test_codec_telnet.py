@@ -45,6 +45,18 @@ def feed_all(t: Telnet, chunks: list[bytes]) -> list[Event]:
     return out
 
 
+def outcome(chunks: list[bytes]) -> tuple[bytes, list[Event], bytes, int]:
+    """What a server end with COM-PORT makes of `chunks`: data, other events, answers, ignored."""
+    t = Telnet(server=True, comport=True)
+    events = feed_all(t, chunks)
+    return (
+        data_of(events),
+        [e for e in events if not isinstance(e, Data)],
+        t.take_output(),
+        t.ignored,
+    )
+
+
 def cuts(data: bytes, rng: random.Random) -> list[bytes]:
     points = sorted(rng.sample(range(len(data) + 1), k=min(len(data), rng.randrange(0, 6))))
     out, start = [], 0
@@ -104,16 +116,7 @@ class TestData:
     @settings(max_examples=200)
     def test_random_cuts_change_nothing(self, seed: int) -> None:
         """Any cut of STREAM into chunks gives the same data, commands and answers."""
-        rng = random.Random(seed)
-        ref = Telnet(server=True, comport=True)
-        expected = ref.feed(STREAM)
-        t = Telnet(server=True, comport=True)
-        got = feed_all(t, cuts(STREAM, rng))
-        assert data_of(got) == data_of(expected)
-        assert [e for e in got if not isinstance(e, Data)] == [
-            e for e in expected if not isinstance(e, Data)
-        ]
-        assert t.take_output() == ref.take_output()
+        assert outcome(cuts(STREAM, random.Random(seed))) == outcome([STREAM])
 
 
 class TestNegotiation:
@@ -224,15 +227,9 @@ class TestGarbage:
     @settings(max_examples=300)
     def test_any_bytes_in_any_cuts_never_raise(self, garbage: bytes, seed: int) -> None:
         """Any bytes cut anywhere: no exception, no more data than input, the same as fed whole."""
-        rng = random.Random(seed)
-        whole = Telnet(server=True, comport=True)
-        expected = whole.feed(garbage)
-        t = Telnet(server=True, comport=True)
-        got = feed_all(t, cuts(garbage, rng))
-        assert data_of(got) == data_of(expected)
-        assert len(data_of(got)) <= len(garbage)
-        assert t.ignored == whole.ignored
-        assert t.take_output() == whole.take_output()
+        whole = outcome([garbage])
+        assert outcome(cuts(garbage, random.Random(seed))) == whole
+        assert len(whole[0]) <= len(garbage)
 
     @given(st.binary(max_size=200))
     @settings(max_examples=300)

@@ -73,13 +73,9 @@ class Receiving:
         if self.link.noise(now):
             return  # after a timeout (no seqs): discarded until the line has been quiet
         frames = self.codec.feed(data, bool(self.window))
-        if frames:
-            self.frames_in(frames, now)
-        else:
-            if heard is not None:
-                self.line.unfinished()  # (a reply whose end only silence tells)
-            if self.codec.desync is not None:
-                self.frames_in(frames, now)
+        if not frames and heard is not None:
+            self.line.unfinished()  # (a reply whose end only silence tells)
+        self.frames_in(frames, now)
 
     def _line_quiet(self, frames: list[Inbound]) -> None:
         """The line fell silent: the frames that ended, then the next calls."""
@@ -101,12 +97,10 @@ class Receiving:
                     kind = "reply" if f.kind is Kind.REPLY else "event"
                     self._traffic("rx", kind, f.seq, f.status, f.data)
             self.counters.frames_rx += len(frames)
-            link = self.link
-            link.activity(now)
+            self.link.activity(now)
             match = self.window.match
             matched = [match(f.seq) if f.kind is _REPLY else None for f in frames]
-            queue = self.queue
-            if queue.waiting:
+            if self.queue.waiting:
                 self.pump()
             self.hold()  # replies to pings may pump again: still one write
             try:
@@ -137,7 +131,7 @@ class Receiving:
                     replied = True
                     self.link.reply(now)
                 if frame.status != 0 or call.unit >= 0 or call.is_ping or not fast:
-                    self._complete(call, frame, now)
+                    self._complete(call, frame)
                     continue
                 # A client call answered with status 0: `finish`, inlined (the hot path)
                 elapsed = precise() - call.t_submit
@@ -160,9 +154,9 @@ class Receiving:
         else:  # before the handshake reply: left over from an earlier session
             self.stats.early_events += 1
 
-    def _complete(self, call: Call, frame: Inbound, now: float) -> None:
-        """A matched reply: the call ends with the device's status and data."""
-        self.link.reply(now)
+    def _complete(self, call: Call, frame: Inbound) -> None:
+        """A matched reply (the link's `reply` already told): the call ends with the
+        device's status and data."""
         status = frame.status
         error: str | None
         if status == 0:

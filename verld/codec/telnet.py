@@ -21,8 +21,8 @@ included. `start()` is what this side offers at connect.
 Malformed input is never an error: an IAC followed by a byte that is no command, a
 stray SE, and a subnegotiation longer than `MAX_SUBNEG` bytes are dropped and
 counted (`ignored`); commands without meaning here (NOP, GA, AYT...) are dropped
-silently. There is no CR/NUL translation (binary mode), as DESIGN.md's network
-ports ask.
+silently. There is no CR/NUL translation (binary mode): the stream is the
+device's bytes, whatever they are.
 """
 
 from __future__ import annotations

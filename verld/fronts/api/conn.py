@@ -137,9 +137,7 @@ class ClientConn(asyncio.Protocol):
     # --- output -------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         transport = self.transport
-        if self.closed or transport is None:
-            return
-        if transport.is_closing():
+        if self.closed or transport is None or transport.is_closing():
             return
         transport.write(data)
         if not (self.paused or self._watch):
