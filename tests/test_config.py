@@ -21,6 +21,7 @@ from verld.config import (
     LineConfig,
     LogConfig,
     MetricsConfig,
+    NetworkConfig,
     PortConfig,
     ReconnectConfig,
     RoleList,
@@ -120,6 +121,8 @@ class TestExampleConfigs:
                 continue
             if section.name == "ports":  # a list: its entries' keys, in the comment
                 fields = dataclasses.fields(PortConfig)
+            elif section.name == "network":
+                fields = dataclasses.fields(NetworkConfig)
             else:
                 fields = dataclasses.fields(getattr(default_config(), section.name))
             for f in fields:

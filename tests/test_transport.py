@@ -120,7 +120,7 @@ class TestOpen:
         # A pty takes even parity once, then tcsetattr fails (termios.error): that is a failed open
         # (retried with backoff), never a crash of the link task.
         from verld.errors import OpenError
-        from verld.transport import _open_serial
+        from verld.transport import open_serial
 
         device = parse_config("device: {port: /dev/null, parity: even}\n").device
         master, slave = os.openpty()
@@ -129,7 +129,7 @@ class TestOpen:
             errors = []
             for _ in range(3):
                 try:
-                    _open_serial(device, path).close()
+                    open_serial(device, path).close()
                 except OpenError as exc:
                     errors.append(str(exc))
             assert errors and all("Invalid argument" in e for e in errors)

@@ -69,11 +69,11 @@ class Daemon:
         metrics; `_Failed` when one cannot start."""
         cfg = self.cfg
         try:
-            api_sock, modbus_sock = systemd.listen_sockets()
+            passed = systemd.listen_sockets()
         except OSError as exc:
             raise _Failed("socket_activation_failed", str(exc)) from None
         loop = asyncio.get_running_loop()
-        core = self._wire_core(loop, {"api": api_sock, "modbus": modbus_sock})
+        core = self._wire_core(loop, passed)
         if cfg.device.port == "sim":
             sim = self.sim = Sim(core)
             stack.push_async_callback(sim.stop)  # (after the fronts close)
@@ -92,7 +92,7 @@ class Daemon:
         if cfg.metrics.listen:
             await self._start_http(stack, core)
         self._signals(loop)
-        log.info("ready", socket="socket activation" if api_sock is not None else cfg.api.socket)
+        log.info("ready", socket="socket activation" if "api" in passed else cfg.api.socket)
         systemd.notify("READY=1")
         self.status_line()
         stop_watchdog = systemd.start_watchdog(loop)
@@ -100,7 +100,7 @@ class Daemon:
             stack.callback(stop_watchdog)
 
     def _wire_core(
-        self, loop: asyncio.AbstractEventLoop, sockets: dict[str, socket.socket | None]
+        self, loop: asyncio.AbstractEventLoop, sockets: dict[str, socket.socket]
     ) -> Core:
         """The core, with the sockets systemd passed for the fronts to take."""
         cfg = self.cfg

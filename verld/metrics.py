@@ -132,6 +132,32 @@ def _ports(lines: list[str], ports: list[dict[str, Any]]) -> None:
             lines.append(f'verld_port_failed_total{{link="{link}",code="{code}"}} {n}')
 
 
+def _network(lines: list[str], entries: list[dict[str, Any]]) -> None:
+    """Per network port series, labelled by its name."""
+    _metric(lines, "verld_network_connections", "gauge", "Connections open on the network port.")
+    for e in entries:
+        lines.append(f'verld_network_connections{{name="{_label(e["name"])}"}} {e["connections"]}')
+    _metric(lines, "verld_network_refused_total", "counter",
+            "Connections refused at the network port, by why.")  # fmt: skip
+    for e in entries:
+        for why, n in sorted(e["refused"].items()):
+            lines.append(
+                f'verld_network_refused_total{{name="{_label(e["name"])}",why="{why}"}} {n}'
+            )
+    _metric(lines, "verld_network_calls_total", "counter",
+            "Calls from the network port's connections, by outcome.")  # fmt: skip
+    for e in entries:
+        name = _label(e["name"])
+        for outcome, n in (("ok", e["ok"]), *sorted(e["failed"].items())):
+            lines.append(f'verld_network_calls_total{{name="{name}",outcome="{outcome}"}} {n}')
+    _metric(lines, "verld_network_bytes_total", "counter",
+            "Bytes through the network port, by direction (in: from its connections).")  # fmt: skip
+    for e in entries:
+        name = _label(e["name"])
+        lines.append(f'verld_network_bytes_total{{name="{name}",dir="in"}} {e["bytes_in"]}')
+        lines.append(f'verld_network_bytes_total{{name="{name}",dir="out"}} {e["bytes_out"]}')
+
+
 def _label(value: str) -> str:
     """A Prometheus label value: backslash, quote and newline escaped."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
@@ -192,6 +218,8 @@ def prometheus_text(
         _modbus_units(lines, units, st.get("units") or [])
     if st.get("ports"):
         _ports(lines, st["ports"])
+    if st.get("network"):
+        _network(lines, st["network"])
     _metric(lines, "verld_call_latency_seconds", "histogram", "Call latency, receipt to reply.")
     lines.extend(latency.prometheus("verld_call_latency_seconds"))
     return "\n".join(lines) + "\n"

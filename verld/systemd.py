@@ -86,43 +86,43 @@ def start_watchdog(loop: asyncio.AbstractEventLoop) -> Callable[[], None] | None
     return stop
 
 
-def listen_sockets() -> tuple[socket.socket | None, socket.socket | None]:
-    """The sockets passed by socket activation (LISTEN_FDS/LISTEN_PID): (the API's
-    Unix stream socket, the Modbus TCP front's), each None when not passed.
+def listen_sockets() -> dict[str, socket.socket]:
+    """The sockets passed by socket activation (LISTEN_FDS/LISTEN_PID), by name:
+    "api" (the API's Unix stream socket), "modbus" (the Modbus TCP front's) and
+    "net-NAME" (network port NAME's); empty when none were passed.
 
-    The one named `modbus` in $LISTEN_FDNAMES (`FileDescriptorName=modbus`) is the
-    Modbus TCP front's and must be a TCP listening socket; the first other one is the
-    API's and must be a Unix stream socket.
+    The one named `modbus` in $LISTEN_FDNAMES (`FileDescriptorName=modbus`) and those
+    named `net-NAME` must be TCP listening sockets; the first other one is the API's
+    and must be a Unix stream socket.
     """
     pid = os.environ.get("LISTEN_PID")
     fds = os.environ.get("LISTEN_FDS")
     if not fds or (pid and pid != str(os.getpid())):
-        return None, None
+        return {}
     try:
         count = int(fds)
     except ValueError:
-        return None, None
+        return {}
     names = os.environ.get("LISTEN_FDNAMES", "").split(":")
     for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
         os.environ.pop(name, None)
-    api: socket.socket | None = None
-    modbus: socket.socket | None = None
+    found: dict[str, socket.socket] = {}
     for i in range(max(count, 0)):
         fd = _SD_LISTEN_FDS_START + i
         os.set_inheritable(fd, False)
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
         named = names[i] if i < len(names) else ""
-        if named == "modbus" and modbus is None:
-            if sock.family not in (socket.AF_INET, socket.AF_INET6):
-                sock.detach()
-                raise OSError("socket activation passed a 'modbus' fd that is not a TCP socket")
-            modbus = sock
-        elif api is None:
-            if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
-                sock.detach()
-                raise OSError("socket activation passed an fd that is not a Unix stream socket")
-            api = sock
-        else:
+        tcp = named == "modbus" or (named.startswith("net-") and len(named) > 4)
+        key = named if tcp else "api"
+        if key in found:
             sock.detach()  # (left open: systemd owns it)
-    return api, modbus
+        elif tcp and sock.family not in (socket.AF_INET, socket.AF_INET6):
+            sock.detach()
+            raise OSError(f"socket activation passed a '{named}' fd that is not a TCP socket")
+        elif not tcp and (sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM):
+            sock.detach()
+            raise OSError("socket activation passed an fd that is not a Unix stream socket")
+        else:
+            found[key] = sock
+    return found

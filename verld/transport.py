@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import os
 import socket
+import struct
 import termios
 from collections.abc import Callable
 from typing import Protocol
@@ -139,6 +141,11 @@ class FdTransport:
             self._loop.remove_writer(self._fd)
 
     @property
+    def fd(self) -> int:
+        """Its file descriptor (-1 once closed)."""
+        return -1 if self.closed else self._fd
+
+    @property
     def write_backlog(self) -> int:
         """Bytes accepted but not yet written to the fd."""
         return len(self._pending)
@@ -169,6 +176,24 @@ def _os_reason(exc: OSError) -> str:
     return f"{name}: {exc.strerror}" if name else str(exc)
 
 
+#: TIOCMGET bits → RFC 2217 MODEMSTATE bits (CD, RI, DSR, CTS)
+_MODEM = ((termios.TIOCM_CD, 0x80), (termios.TIOCM_RI, 0x40), (termios.TIOCM_DSR, 0x20),
+          (termios.TIOCM_CTS, 0x10))  # fmt: skip
+
+
+def modem_bits(fd: int) -> int | None:
+    """The modem input lines of tty `fd` as RFC 2217 MODEMSTATE bits; None where
+    there are none (a pty, a socket, a closed fd)."""
+    if fd < 0:
+        return None
+    try:
+        raw = fcntl.ioctl(fd, termios.TIOCMGET, struct.pack("I", 0))
+    except OSError:
+        return None
+    lines = struct.unpack("I", raw)[0]
+    return sum(bit for tiocm, bit in _MODEM if lines & tiocm)
+
+
 def lock_holder(path: str) -> str:
     """Who holds the flock on `path`, as far as /proc tells: "pid 812 (verld)", else
     "another process" (under ProtectProc=invisible other processes are hidden)."""
@@ -190,7 +215,9 @@ def lock_holder(path: str) -> str:
     return "another process"
 
 
-def _open_serial(cfg: DeviceConfig, port: str) -> serial.Serial:
+def open_serial(cfg: DeviceConfig, port: str) -> serial.Serial:
+    """The serial port `port` opened exclusively with `cfg`'s line settings,
+    input flushed; `OpenError` says why not."""
     try:
         ser = serial.Serial(
             port=port,
@@ -225,11 +252,11 @@ async def open_link(
     loop = asyncio.get_running_loop()
     target = tcp_target(port)
     if target is None:
-        ser = _open_serial(cfg, port)
+        ser = open_serial(cfg, port)
         return FdTransport(loop, ser.fileno(), ser.close, handler)
     host, tcp_port = target
     try:
-        sock = await asyncio.wait_for(_connect_tcp(host, tcp_port), connect_timeout)
+        sock = await asyncio.wait_for(connect_tcp(host, tcp_port), connect_timeout)
     except TimeoutError:
         raise OpenError(f"connect to {host}:{tcp_port} timed out") from None
     except OSError as exc:
@@ -238,7 +265,7 @@ async def open_link(
     return FdTransport(loop, sock.fileno(), sock.close, handler)
 
 
-async def _connect_tcp(host: str, port: int) -> socket.socket:
+async def connect_tcp(host: str, port: int) -> socket.socket:
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     last: OSError = OSError(f"no address for {host}")

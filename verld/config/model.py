@@ -120,6 +120,44 @@ class PortConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS on a network port: the server's certificate and key (PEM); with `ca`,
+    clients must present a certificate it issued."""
+
+    cert: str = ""
+    key: str = ""
+    ca: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    """One network port: a TCP listener serving the device (DESIGN "Network ports")."""
+
+    listen: str = ""  #: "HOST:PORT" (required)
+    name: str | None = None  #: label in status, metrics, logs and the fd name (None: the port)
+    protocol: str = "raw"  #: raw | telnet | rfc2217
+    mode: str = "shared"  #: shared | passthrough
+    write: bool = True  #: shared: False makes it read-only (events only)
+    events: bool = True  #: shared: device events to its connections
+    max_connections: int = 8  #: shared (passthrough serves one connection at a time)
+    allow: tuple[str, ...] = ()  #: client networks (CIDR) that may connect; empty: anyone
+    idle_timeout: float | None = None  #: seconds of silence before a close; 0 never; None: mode's
+    tls: TlsConfig | None = None
+
+    @property
+    def label(self) -> str:
+        """Its name: `name`, else the port number of `listen`."""
+        return self.name if self.name is not None else self.listen.rpartition(":")[2]
+
+    @property
+    def idle(self) -> float:
+        """`idle_timeout` in effect: null is 0 (never) for shared, 600 for passthrough."""
+        if self.idle_timeout is not None:
+            return self.idle_timeout
+        return 600.0 if self.mode == "passthrough" else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     level: str = "INFO"
     format: str = "auto"
@@ -133,6 +171,7 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     ports: tuple[PortConfig, ...] = ()
+    network: tuple[NetworkConfig, ...] = ()
     modbus: ModbusConfig = field(default_factory=ModbusConfig)
     log: LogConfig = field(default_factory=LogConfig)
     source: str | None = None  #: the file this config was read from
@@ -151,6 +190,8 @@ MODBUS_DEVICE_DEFAULTS: Mapping[str, float | int] = MappingProxyType({"timeout":
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("auto", "console", "json", "journal")
 PARITIES = ("none", "even", "odd", "mark", "space")
+NET_PROTOCOLS = ("raw", "telnet", "rfc2217")
+NET_MODES = ("shared", "passthrough")
 
 
 def default_config() -> Config:

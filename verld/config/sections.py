@@ -33,6 +33,8 @@ from verld.config.model import (
     RoleList,
     RolesConfig,
 )
+from verld.config.network import ENTRY as _NETWORK_ENTRY
+from verld.config.network import network as _network
 from verld.config.validate import BadValue, Check, Item, Section, build
 
 _POSITIVE = leaves.integer(1)
@@ -157,7 +159,9 @@ _LOG = Section(
 
 
 def _entry_keys(section: Section | Check) -> Collection[str]:
-    return section.keys if isinstance(section, Section) else _PORT.keys
+    if isinstance(section, Section):
+        return section.keys
+    return _NETWORK_ENTRY.keys if section is _network else _PORT.keys
 
 
 _SECTIONS: dict[str, Section | Check] = {
@@ -167,6 +171,7 @@ _SECTIONS: dict[str, Section | Check] = {
     "api": _API,
     "metrics": Section(MetricsConfig, {"listen": leaves.optional(leaves.listen)}),
     "ports": _ports,
+    "network": _network,
     "modbus": _MODBUS,
     "log": _LOG,
 }

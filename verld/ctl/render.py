@@ -115,6 +115,8 @@ def _inhibit_row(inhibit: dict[str, Any] | None) -> str:
     if not inhibit:
         return "none"
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(inhibit["since"]))
+    if inhibit.get("pid") is None:  # a network port in passthrough
+        return f"{safe(inhibit.get('client'))} since {since}"
     who = f"pid {inhibit['pid']} uid {inhibit['uid']}"
     name = f" ({safe(inhibit['client'])})" if inhibit.get("client") else ""
     return f"{who}{name} since {since}"
@@ -157,6 +159,7 @@ def render_status(st: dict[str, Any]) -> str:
         ("inhibit", _inhibit_row(st.get("inhibit"))),
         *_modbus_rows(st.get("modbus")),
         *_port_rows(st.get("ports")),
+        *_network_rows(st.get("network")),
         *_unit_rows(st.get("units")),
     ]
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
@@ -198,6 +201,28 @@ def _port_rows(ports: object) -> Rows:
             f"{safe(p.get('link'))}  {'open' if p.get('open') else 'closed'}{mode}  "
             f"calls {p.get('calls')}  ok {p.get('ok')}  failed {shown}  "
             f"dropped {p.get('dropped')}  ignored {p.get('ignored')}",
+        ))  # fmt: skip
+    return rows
+
+
+def _network_rows(entries: object) -> Rows:
+    """One row per network port (none without `network:`)."""
+    if not isinstance(entries, list):
+        return []
+    rows: Rows = []
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        failed = ", ".join(f"{safe(k)} x{n}" for k, n in (e.get("failed") or {}).items()) or "0"
+        refused = ", ".join(f"{safe(k)} x{n}" for k, n in (e.get("refused") or {}).items()) or "0"
+        holder = f"  held by {safe(e.get('holder'))}" if e.get("holder") else ""
+        rows.append((
+            "network",
+            f"{safe(e.get('name'))} {safe(e.get('listen'))} {safe(e.get('protocol'))} "
+            f"{safe(e.get('mode'))}  {e.get('connections')} connections{holder}  "
+            f"calls {e.get('calls')}  ok {e.get('ok')}  failed {failed}  refused {refused}  "
+            f"dropped {e.get('dropped')}  ignored {e.get('ignored')}  "
+            f"bytes in {e.get('bytes_in')} out {e.get('bytes_out')}",
         ))  # fmt: skip
     return rows
 

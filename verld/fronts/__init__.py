@@ -6,11 +6,12 @@ and drives them through that protocol only. `FRONTS` below is that list: one lin
 per front, in `status` order (the daemon starts them in the reverse order, so the
 API socket answers last), with the event logged when the front cannot claim or
 start what it serves. Every front is made whatever the config: one with nothing
-to serve (no `ports`, no `modbus.listen`) claims and starts nothing, shows an empty
+to serve (no `ports`, no `network`, no `modbus.listen`) claims and starts nothing, shows an empty
 part in `status`, and can begin serving on a reload.
 
 `api/` is the Unix-socket JSON API, `modbus/` the Modbus TCP server (every TCP
-connection a client of the same fair queue), `ports/` the virtual serial ports.
+connection a client of the same fair queue), `ports/` the virtual serial ports,
+`network/` the network ports (raw TCP, telnet, RFC 2217; shared or passthrough).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from verld.config import Config
 from verld.fronts.api import ApiServer
 from verld.fronts.base import Core
 from verld.fronts.modbus import ModbusServer
+from verld.fronts.network.front import NetworkFront
 from verld.fronts.ports.front import PortsFront
 from verld.fronts.protocol import Front
 
@@ -38,4 +40,5 @@ FRONTS: tuple[Registration, ...] = (
     Registration(ApiServer, fails="cannot_serve"),
     Registration(ModbusServer, fails="cannot_serve_modbus"),
     Registration(PortsFront, fails="cannot_create_port"),
+    Registration(NetworkFront, fails="cannot_serve_network"),
 )

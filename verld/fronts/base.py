@@ -34,7 +34,7 @@ from verld.metrics import prometheus_text
 from verld.receiving import TrafficTap
 from verld.session import Session, WireTap
 from verld.supervisor import Opener, Supervisor
-from verld.transport import open_link
+from verld.transport import modem_bits, open_link
 
 __all__ = ["CannotServe", "Core", "Front", "FrontCounts", "Listener"]
 
@@ -77,6 +77,10 @@ class Core:
         #: the fronts serving over this core, in `status` order (the daemon's list)
         self.fronts: list[Front] = []
         self.inhibits = 0  #: inhibitions so far (verld_inhibits_total)
+        #: who holds the port (`status.inhibit`: an `inhibit` op or a passthrough
+        #: connection), None while nobody does; see `hold`
+        self.holder: dict[str, Any] | None = None
+        self._end_hold: Callable[[str], None] | None = None
         self.started = time.time()  #: (`status.uptime`)
         #: re-read the config file and apply it, returning the changed keys (the admin
         #: `reload` op; ConfigError keeps the running config). None: not available.
@@ -169,6 +173,29 @@ class Core:
         """End an inhibition: the port reopens (a no-op when not inhibited)."""
         self._supervisor.release()
 
+    def hold(
+        self, holder: dict[str, Any], reason: str, end: Callable[[str], None]
+    ) -> Coroutine[Any, Any, str]:
+        """The one holder of the port (an `inhibit` op, a passthrough connection):
+        `inhibit(reason)` for it, `holder` shown as `status.inhibit`; `end(why)` is how
+        an `uninhibit` asks it to stop (it then calls `unhold`). Ask only while
+        `holder` is None."""
+        self.holder, self._end_hold = holder, end
+        return self.inhibit(reason)
+
+    def end_hold(self, why: str) -> bool:
+        """`uninhibit`: ask the holder to give the port back; False: none holds it."""
+        end = self._end_hold
+        if end is None:
+            return False
+        end(why)
+        return True
+
+    def unhold(self) -> None:
+        """The holder gives the port back: it reopens (flush, handshake)."""
+        self.holder = self._end_hold = None
+        self.release()
+
     @property
     def inhibited_by(self) -> str | None:
         """Why the port is let go of ("inhibited by pid N"), while it is (or is being)."""
@@ -183,11 +210,23 @@ class Core:
         """The socket systemd passed for `name` ("api", "modbus"), once; None: none."""
         return self._sockets.pop(name, None)
 
+    def take_sockets(self, prefix: str) -> dict[str, socket.socket]:
+        """Every socket systemd passed whose name starts with `prefix` ("net-"), by the
+        rest of its name, once."""
+        names = [name for name in self._sockets if name.startswith(prefix)]
+        return {name.removeprefix(prefix): self._sockets.pop(name) for name in names}
+
     # --- for fronts: the device -----------------------------------------------------
     @property
     def port(self) -> str:
         """The device's port (a path or tcp://HOST:PORT)."""
         return self._session.port
+
+    def modem_bits(self) -> int | None:
+        """The link's modem input lines as RFC 2217's MODEMSTATE bits (CD 0x80, RI
+        0x40, DSR 0x20, CTS 0x10); None when it has none (a pty, TCP) or is not open."""
+        transport = self._session.attached
+        return None if transport is None else modem_bits(getattr(transport, "fd", -1))
 
     @property
     def window(self) -> int:

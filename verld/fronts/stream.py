@@ -75,6 +75,19 @@ class Edge(Protocol):
         ...
 
 
+class Share:
+    """Calls several streams hold together (a network entry's connections: one
+    client's share, `api.client_queue`): waiting here or on the device."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+    def room(self) -> int:
+        return max(0, self.limit - self.used)
+
+
 class StreamStats:
     """One stream's figures."""
 
@@ -107,8 +120,10 @@ class ProgramStream:
         where: dict[str, str],
         write: bool = True,
         events: bool = True,
+        share: Share | None = None,
     ) -> None:
         self.core = core
+        self.share = share  #: calls held with other streams (None: this stream's own limit)
         self.counts = core.front(kind)
         self.edge = edge
         self.clock = clock
@@ -176,7 +191,10 @@ class ProgramStream:
     def new_epoch(self) -> None:
         """Forget this stream's calls: answers still to come are never written."""
         self.epoch += 1
-        self.stats.dropped += self._outstanding + len(self._pending)
+        forgotten = self._outstanding + len(self._pending)
+        self.stats.dropped += forgotten
+        if self.share is not None:
+            self.share.used -= forgotten
         self._outstanding = 0
         self._pending.clear()
         self._busy = False
@@ -220,12 +238,24 @@ class ProgramStream:
 
     def _requests(self, requests: list[PortRequest]) -> None:
         self.stats.calls += len(requests)
+        share = self.share
+        if share is not None:  # beyond the share: busy, unanswered
+            room = share.room()
+            for _ in requests[room:]:
+                self.counts.add(ErrorCode.BUSY)
+                self._failed(ErrorCode.BUSY, "more than api.client_queue calls on this entry")
+            requests = requests[:room]
+            share.used += len(requests)
+            if not requests:
+                return
         if not self.pipelined:  # one at a time: the rest wait here, bounded
             room = max(0, self.client_queue - len(self._pending))
             self._pending.extend(requests[:room])
             for _ in requests[room:]:
                 self.counts.add(ErrorCode.BUSY)
                 self._failed(ErrorCode.BUSY, "more than api.client_queue requests waiting")
+            if share is not None:
+                share.used -= len(requests) - room
             self._pump()
         elif len(requests) == 1:  # the lock-step case: straight out
             self._submit(requests[0])
@@ -247,6 +277,8 @@ class ProgramStream:
         if epoch != self.epoch:
             return  # forgotten (the program left): counted in `dropped` then
         self._outstanding -= 1
+        if self.share is not None:
+            self.share.used -= 1
         if result.status is not None and result.error in _ANSWERED:
             self.stats.ok += 1
             self.send(self.framing.reply(tag, result.status, result.data, result.text))
@@ -317,6 +349,14 @@ class ProgramStream:
             sizes[0] -= written
         if not self._out:
             self.edge.want_writable(False)
+
+    def purge(self, *, received: bool, sent: bool) -> None:
+        """Discard what is held for the program: its half-read input (`received`),
+        its answers not yet taken (`sent`; counted `dropped`)."""
+        if received:
+            self.framing.reset()
+        if sent:
+            self._drop_output()
 
     def _drop_output(self) -> None:
         if self._out:

@@ -5,7 +5,8 @@ access). `inhibit` asks the core to finish what is on the link and close the por
 then answers `{"port": PATH}`; the port stays closed while the asking connection
 stays open. `uninhibit` (any admin) or that connection closing — however it
 closes, SIGKILL included — ends it, and verld reopens the port with a new
-generation. One inhibition at a time: a second `inhibit` gets `busy`.
+generation. One holder at a time: while the port is held (by an `inhibit` or by a
+network port in passthrough, `Core.hold`), an `inhibit` gets `busy`.
 """
 
 from __future__ import annotations
@@ -43,13 +44,16 @@ class Inhibits:
 
     def take(self, conn: ClientConn, req_id: int | str, answer: Callable[[str], None]) -> None:
         """Start letting go of the port for `conn`; `answer(port)` once it is closed."""
-        if self.holder is not None:
-            who = self.holder.conn
-            raise ApiError(ErrorCode.BUSY, f"already inhibited by pid {who.pid}", req_id)
+        core = self.core
+        if self.holder is not None or core.holder is not None:
+            why = core.inhibited_by or "inhibited"
+            raise ApiError(ErrorCode.BUSY, f"already {why}", req_id)
         holder = self.holder = Holder(conn, req_id, time.time())
         reason = f"inhibited by pid {conn.pid}"
         log.info("inhibit_asked", client=repr(conn), pid=conn.pid, uid=conn.uid)
-        closed = self.core.inhibit(reason)
+        shown = {"pid": conn.pid, "uid": conn.uid, "client": conn.name,
+                 "since": round(holder.since, 3), "front": "api"}  # fmt: skip
+        closed = core.hold(shown, reason, lambda why: self._ended(holder, why))
         holder.task = asyncio.get_running_loop().create_task(self._let_go(holder, closed, answer))
 
     async def _let_go(
@@ -59,6 +63,11 @@ class Inhibits:
         if self.holder is holder:
             log.info("inhibited", client=repr(holder.conn), pid=holder.conn.pid, port=port)
             answer(port)
+
+    def _ended(self, holder: Holder, why: str) -> None:
+        """An `uninhibit` (`Core.end_hold`)."""
+        if self.holder is holder:
+            self.end(None, why)
 
     def end(self, conn: ClientConn | None, why: str) -> bool:
         """End the inhibition (only if `conn` holds it, when given); False: none ended."""
@@ -71,7 +80,7 @@ class Inhibits:
             holder.task.cancel()  # ended before the port was let go of: it stays ours
             message = f"uninhibited ({why}) before the port was let go of"
             holder.conn.send(wire.error_reply(holder.req_id, ErrorCode.BUSY, message))
-        self.core.release()
+        self.core.unhold()
         return True
 
     async def close(self) -> None:
@@ -83,11 +92,3 @@ class Inhibits:
                 await holder.task
             except asyncio.CancelledError:
                 pass
-
-    def status(self) -> dict[str, Any] | None:
-        holder = self.holder
-        if holder is None:
-            return None
-        conn = holder.conn
-        return {"pid": conn.pid, "uid": conn.uid, "client": conn.name,
-                "since": round(holder.since, 3)}  # fmt: skip

@@ -166,7 +166,7 @@ def inhibit(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
 
 
 def uninhibit(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
-    api.inhibits.end(None, f"uninhibit by {conn!r}")
+    api.core.end_hold(f"uninhibit by {conn!r}")
     _ok(conn, req)
 
 

@@ -227,6 +227,6 @@ class ApiServer:
             "events_dropped": self.stats.events_dropped,
             "limits_hit": dict(self.stats.limits_hit),
             "api_errors": dict(self.stats.api_errors),
-            "inhibit": self.inhibits.status(),
+            "inhibit": self.core.holder,
             "inhibits": self.core.inhibits,
         }

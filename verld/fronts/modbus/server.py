@@ -195,7 +195,7 @@ class ModbusServer:
         conn.close()
 
 
-async def bind_listen(listen: str) -> list[socket.socket]:
+async def bind_listen(listen: str, *, dual_stack: bool = False) -> list[socket.socket]:
     """`modbus.listen` ("HOST:PORT") bound and listening, one socket per address the
     host resolves to, as `loop.create_server` binds them (SO_REUSEADDR, IPV6_V6ONLY).
 
@@ -203,6 +203,7 @@ async def bind_listen(listen: str) -> list[socket.socket]:
     bind the same address while neither listens, so a bind alone would let two
     starting verlds both think they have it. OSError ("cannot listen on
     HOST:PORT: ...") when any address cannot be had; nothing stays open then.
+    `dual_stack`: an IPv6 socket takes IPv4 clients too (as ::ffff:a.b.c.d).
     """
     host, port = host_port(listen)
     loop = asyncio.get_running_loop()
@@ -217,7 +218,7 @@ async def bind_listen(listen: str) -> list[socket.socket]:
             socks.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual_stack else 1)
             sock.bind(address)
             sock.listen(100)
             sock.setblocking(False)

@@ -1,0 +1,160 @@
+"""The `network:` list: network ports, each checked alone and against the others.
+
+Strategy: one entry is a `Section` like any other (its keys, their checkers); the
+list checker adds what needs the whole entry or the whole list: a `listen` that is
+required, names unique (two entries on one port number need a `name`), and the
+access rule: an entry open beyond loopback, and every `passthrough` entry, needs a
+non-empty `allow` or a `tls.ca` (whoever reaches a passthrough port can reflash
+the device). `exposed` is the same rule for a socket systemd passed, at start.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from verld.config import leaves
+from verld.config.model import NET_MODES, NET_PROTOCOLS, NetworkConfig, TlsConfig
+from verld.config.validate import BadValue, Item, Section, build, expected, given
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _cidr(item: Item) -> str:
+    """A client network: `192.168.1.0/24`, `::1/128`, or one address."""
+    text = leaves.string(item, "a network such as 192.168.1.0/24")
+    try:
+        return str(ipaddress.ip_network(text.strip()))
+    except ValueError as exc:
+        hint = ""
+        try:
+            net = ipaddress.ip_network(text.strip(), strict=False)
+            hint = f"; did you mean {net}?"
+        except ValueError:
+            pass
+        raise BadValue(
+            f"expected a network such as 192.168.1.0/24, got {text!r}: {exc}{hint}"
+        ) from None
+
+
+def _allow(item: Item) -> tuple[str, ...]:
+    if isinstance(item.value, str):
+        raise BadValue(f"expected a list of networks, got {given(item)}; write [{item.value}]")
+    found: list[str] = []
+    for child in item.items():
+        try:
+            found.append(_cidr(child))
+        except BadValue as exc:
+            item.ctx.error(child, str(exc))
+    return tuple(found)
+
+
+def _name(item: Item) -> str:
+    text = leaves.string(item, "a name of letters, digits, '_', '.' or '-'")
+    if not _NAME.fullmatch(text):
+        raise BadValue(
+            f"expected a name of up to 64 letters, digits, '_', '.' or '-' "
+            f"(it is also the socket-activation fd name net-NAME), got {text!r}"
+        )
+    return text
+
+
+def _file(item: Item) -> str:
+    return leaves.string(item, "a file path") if item.value else _missing(item)
+
+
+def _missing(item: Item) -> str:
+    raise expected(item, "a PEM file path")
+
+
+def _tls(item: Item) -> TlsConfig:
+    tls: TlsConfig = build(item, _TLS)
+    if not tls.cert or not tls.key:
+        raise BadValue("TLS needs cert and key (PEM files): tls: {cert: PATH, key: PATH, ca: null}")
+    return tls
+
+
+_TLS = Section(
+    TlsConfig,
+    {"cert": _file, "key": _file, "ca": leaves.optional(_file)},
+)
+ENTRY = Section(
+    NetworkConfig,
+    {
+        "listen": leaves.listener("127.0.0.1:4000"),
+        "name": leaves.optional(_name),
+        "protocol": leaves.choice(NET_PROTOCOLS),
+        "mode": leaves.choice(NET_MODES),
+        "write": leaves.boolean,
+        "events": leaves.boolean,
+        "max_connections": leaves.integer(1),
+        "allow": _allow,
+        "idle_timeout": leaves.optional(leaves.seconds(zero_ok=True)),
+        "tls": leaves.optional(_tls),
+    },
+)
+
+
+def loopback(host: str) -> bool:
+    """`host` (of a `listen`, or a bound socket's address) is a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]").split("%")[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def exposed(entry: NetworkConfig, host: str) -> str | None:
+    """Why `entry`, listening on `host`, may not serve as configured (None: it may):
+    beyond loopback, or in passthrough, it needs a non-empty `allow` or `tls.ca`."""
+    if entry.allow or (entry.tls is not None and entry.tls.ca):
+        return None
+    if entry.mode == "passthrough":
+        return ("a passthrough port hands the device over (whoever holds it can reflash it): "
+                "add allow: [CIDR, ...] or tls.ca (client certificates)")  # fmt: skip
+    if not loopback(host):
+        return (
+            f"{host} is not a loopback address: anyone who reaches it could use the device; "
+            'add allow: [CIDR, ...] or tls.ca (allow: ["0.0.0.0/0", "::/0"] lets in anyone)'
+        )
+    return None
+
+
+def network(item: Item) -> tuple[NetworkConfig, ...]:
+    """The `network` list: each entry an `ENTRY` mapping with a `listen`; names unique;
+    the access rule above."""
+    if isinstance(item.value, dict):
+        raise BadValue("expected a list of network ports (- listen: 127.0.0.1:4000), got a "
+                       "mapping; put a '- ' before the entry")  # fmt: skip
+    entries: list[NetworkConfig] = []
+    first: dict[str, int] = {}
+    for child in item.items():
+        if isinstance(child.value, str):
+            item.ctx.error(child, f"expected a network port entry, got {child.value!r}; "
+                           f"write - listen: {child.value}")  # fmt: skip
+            continue
+        try:
+            entry = build(child, ENTRY)
+        except BadValue as exc:
+            item.ctx.error(child, str(exc))
+            continue
+        if not entry.listen:
+            if f"{child.path}.listen" not in item.ctx.bad:
+                item.ctx.error(child, "a network port needs listen: HOST:PORT, "
+                               "e.g. listen: 127.0.0.1:4000")  # fmt: skip
+            continue
+        if entry.label in first:
+            item.ctx.error(child, f"name {entry.label!r} is already the name of the entry on "
+                           f"line {first[entry.label]}; give one of them a name")  # fmt: skip
+            continue
+        why = exposed(entry, entry.listen.rpartition(":")[0].strip("[]"))
+        if why is not None and f"{child.path}.allow" not in item.ctx.bad:
+            item.ctx.error(child, why)
+            continue
+        first[entry.label] = child.line
+        entries.append(entry)
+    return tuple(entries)

@@ -1,0 +1,287 @@
+"""One network connection: a program on another host, or a passthrough holder.
+
+Strategy: an asyncio `Protocol` (so TLS is the loop's), thin like a virtual port's
+pty edge. Bytes in go through the telnet codec first when the entry speaks telnet
+or RFC 2217 (`verld.codec.telnet`: negotiation answered here, COM-PORT commands to
+`comport.ComPortServer`, data on), then, in `shared` mode, to a `ProgramStream`
+(the same program-behind-a-byte-stream a virtual port has: its own calls, its own
+answers, bounded output), or in `passthrough` to the `relay.Relay` that holds the
+real port. Bytes out are the stream's answers or the port's bytes, IAC-doubled
+under telnet. The transport's own flow control (`pause_writing`) is the stream's
+"none fit now"; what telnet sends on its own (negotiation, COM-PORT answers)
+counts toward `api.max_backlog` too and is dropped beyond it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import structlog
+
+from verld.codec.telnet import COM_PORT, Agreed, ComPort, Data, Telnet, escape
+from verld.fronts.network.comport import ComPortServer
+from verld.fronts.stream import GONE, ProgramStream
+
+if TYPE_CHECKING:
+    from verld.config import Config, NetworkConfig
+    from verld.fronts.base import Core
+    from verld.fronts.stream import Share
+
+log = structlog.get_logger("verld.network")
+
+#: the network front's calls in `verld_front_calls_total{front}` and its log events' prefix
+KIND = "network"
+
+
+class Entry(Protocol):
+    """What a connection needs of its entry (`entry.Entry`)."""
+
+    core: Core
+    cfg: Config
+    conf: NetworkConfig
+    label: str
+    share: Share
+    loop: asyncio.AbstractEventLoop
+    bytes_in: int
+    bytes_out: int
+
+    def admit(self, conn: NetConn) -> bool: ...
+
+    def detach(self, conn: NetConn, reason: str) -> None: ...
+
+    def relay(self, conn: NetConn) -> Relay: ...
+
+
+class Relay(Protocol):
+    """A passthrough's hold on the real port (`relay.Relay`)."""
+
+    def start(self) -> None: ...
+
+    def to_port(self, data: bytes) -> None: ...
+
+    def pause_port(self) -> None: ...
+
+    def resume_port(self) -> None: ...
+
+    def purge(self, received: bool, sent: bool) -> None: ...
+
+    def modem_bits(self) -> int | None: ...
+
+    def end(self, reason: str) -> None: ...
+
+
+class NetConn(asyncio.Protocol):
+    """One accepted connection of a network entry (see the module docstring)."""
+
+    def __init__(self, entry: Entry, peer: str) -> None:
+        self.entry = entry
+        self.peer = peer  #: "HOST:PORT"
+        self.loop = entry.loop
+        self.transport: asyncio.Transport | None = None
+        protocol = entry.conf.protocol
+        self.telnet = (
+            None if protocol == "raw" else Telnet(server=True, comport=protocol == "rfc2217")
+        )
+        self.comport: ComPortServer | None = None
+        self.stream: ProgramStream | None = None
+        self.relay: Relay | None = None
+        self.last = self.loop.time()  #: when it last sent something (idle_timeout)
+        self.reason: str | None = None  #: why verld closed it
+        self.dropped = 0  #: telnet's own output dropped (backlog full)
+        self.subject: str | None = None  #: the TLS client certificate's subject
+        self._paused = False
+        self._want = False
+        self._idle: asyncio.TimerHandle | None = None
+        self._commanded = False  #: a COM-PORT command came (the option is in use)
+
+    def __repr__(self) -> str:
+        return f"network:{self.entry.label}:{self.peer}"
+
+    # --- asyncio.Protocol ----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)  # (uvloop's is no subclass)
+        cert = transport.get_extra_info("peercert")
+        if cert:
+            self.subject = ",".join(f"{k}={v}" for rdn in cert.get("subject", ()) for k, v in rdn)
+        entry = self.entry
+        if not entry.admit(self):
+            return
+        cfg = entry.cfg
+        if entry.conf.mode == "passthrough":
+            transport.pause_reading()  # (nothing read until the port is handed over)
+            self.relay = entry.relay(self)
+            self.comport = ComPortServer(cfg.device, apply=True, purge=self.relay.purge)
+        else:
+            self.stream = ProgramStream(entry.core, cfg, self, self.loop, kind=KIND,
+                                        where={"name": entry.label, "peer": self.peer},
+                                        write=entry.conf.write, events=entry.conf.events,
+                                        share=entry.share)  # fmt: skip
+            self.stream.attach()
+            stream = self.stream
+
+            def purge(received: bool, sent: bool) -> None:
+                stream.purge(received=received, sent=sent)
+
+            self.comport = ComPortServer(cfg.device, apply=False, purge=purge)
+        if self.telnet is not None:
+            self._control(self.telnet.start())
+        self._arm_idle()
+        if self.relay is not None:
+            self.relay.start()
+
+    def data_received(self, data: bytes) -> None:
+        self.last = self.loop.time()
+        self.entry.bytes_in += len(data)
+        telnet = self.telnet
+        if telnet is None:
+            self._data(data)
+            return
+        events = telnet.feed(data)
+        out = telnet.take_output()
+        if out:
+            self._control(out)
+        for event in events:
+            if isinstance(event, Data):
+                self._data(event.data)
+            elif isinstance(event, ComPort):
+                self._command(event)
+            elif isinstance(event, Agreed) and event.option == COM_PORT:
+                self.modem_lines()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        reason = self.reason or ("closed by the peer" if exc is None else f"lost: {exc}")
+        if self.stream is not None:
+            self.stream.close()
+        if self.relay is not None:
+            self.relay.end(reason)
+        self.entry.detach(self, reason)
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        self._paused = True
+        if self.relay is not None:
+            self.relay.pause_port()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self.relay is not None:
+            self.relay.resume_port()
+        if self._want and self.stream is not None:
+            self.stream.writable()
+
+    # --- in ---------------------------------------------------------------------------------------
+    def _data(self, data: bytes) -> None:
+        if self.stream is not None:
+            self.stream.feed(data)
+        elif self.relay is not None:
+            self.relay.to_port(data)
+
+    def _command(self, event: ComPort) -> None:
+        comport = self.comport
+        if comport is None or self.telnet is None:
+            return
+        if not self._commanded:  # (pyserial may never answer our WILL: a command agrees)
+            self._commanded = True
+            self.modem_lines()
+        for code, value in comport.handle(event.code, event.value):
+            self._control(self.telnet.comport(code, value))
+        if comport.signature is not None:
+            log.info("network_client_signature", name=self.entry.label, peer=self.peer,
+                     signature=comport.signature.decode("ascii", "backslashreplace"))  # fmt: skip
+            comport.signature = None
+        while comport.not_applied:
+            line = comport.not_applied.pop()
+            log.info("network_line_not_applied", name=self.entry.label, peer=self.peer, line=line,
+                     reason="the port has no modem lines (a pty or a TCP link)")  # fmt: skip
+
+    def modem_lines(self) -> None:
+        """Send NOTIFY-MODEMSTATE when the lines changed (or first, once agreed)."""
+        telnet, comport = self.telnet, self.comport
+        if telnet is None or comport is None or not telnet.rfc2217:
+            return
+        if not (self._commanded or telnet.local(COM_PORT) or telnet.remote(COM_PORT)):
+            return
+        bits = self.relay.modem_bits() if self.relay is not None else self.entry.core.modem_bits()
+        answer = comport.modem(bits)
+        if answer is not None:
+            self._control(telnet.comport(*answer))
+
+    # --- out --------------------------------------------------------------------------------------
+    def _control(self, data: bytes) -> None:
+        """Telnet's own bytes (already encoded): dropped when the backlog is full."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if transport.get_write_buffer_size() + len(data) > self.entry.cfg.api.max_backlog:
+            self.dropped += 1
+            return
+        transport.write(data)
+        self.entry.bytes_out += len(data)
+
+    def send_data(self, data: bytes) -> None:
+        """Stream bytes for the peer (the relay's): IAC-doubled under telnet."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        payload = escape(data) if self.telnet is not None else data
+        transport.write(payload)
+        self.entry.bytes_out += len(payload)
+
+    # --- the stream's Edge --------------------------------------------------------------------
+    def write(self, data: bytes | bytearray) -> int:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return GONE
+        if self._paused:
+            return 0
+        self.send_data(bytes(data))
+        return len(data)
+
+    def want_writable(self, want: bool) -> None:
+        self._want = want
+
+    # --- the end --------------------------------------------------------------------------------
+    def close(self, reason: str) -> None:
+        """verld closes it (idle, reload, uninhibit, the port failed, refused)."""
+        if self.reason is None:
+            self.reason = reason
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _arm_idle(self) -> None:
+        idle = self.entry.conf.idle
+        if idle > 0 and self.transport is not None:
+            self._idle = self.loop.call_at(self.last + idle, self._idle_check)
+
+    def _idle_check(self) -> None:
+        idle = self.entry.conf.idle
+        if idle <= 0:
+            self._idle = None
+        elif self.loop.time() - self.last >= idle:
+            self.close(f"silent for idle_timeout ({idle:g} s)")
+        else:
+            self._arm_idle()
+
+    def rearm_idle(self) -> None:
+        """A reload changed `idle_timeout`."""
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        self._arm_idle()
+
+    def event(self, data: bytes, text: str | None) -> None:
+        if self.stream is not None:
+            self.stream.event(data, text)
+
+    def figures(self) -> dict[str, Any]:
+        """Its calls and drops so far (shared), for the entry's totals."""
+        fig: dict[str, Any] = {"calls": 0, "ok": 0, "failed": {}, "dropped": 0, "ignored": 0}
+        if self.stream is not None:
+            fig = self.stream.figures()
+        fig["dropped"] += self.dropped
+        fig["ignored"] += self.telnet.ignored if self.telnet is not None else 0
+        fig["ignored"] += self.comport.ignored if self.comport is not None else 0
+        return fig

@@ -1,0 +1,231 @@
+"""One `network:` entry: its listening sockets, who gets in, its connections, its figures.
+
+Strategy: each listening socket has an accept task (`loop.sock_accept`), so a
+connection is judged before anything is spent on it: an address outside `allow`,
+a shared entry at `max_connections`, a passthrough entry while the port is held
+(by a connection or an `inhibit`) — each is closed at once, counted in `refused`
+by why and logged with the address. An accepted socket gets keepalive, then
+becomes a `NetConn` through `loop.connect_accepted_socket` (with the TLS handshake,
+given 10 s, when the entry has `tls`; a failed or late handshake is refused, why
+`tls`, and holds no slot meanwhile). A closed connection's figures are folded into
+the entry's totals, so `status` counts every connection the entry ever had.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from verld.config import Config, NetworkConfig
+from verld.fronts.network.access import allowed, host_of, keepalive, tls_context
+from verld.fronts.network.conn import NetConn
+from verld.fronts.network.relay import MODEM_POLL, Relay
+from verld.fronts.stream import Share
+
+if TYPE_CHECKING:
+    from verld.fronts.base import Core
+
+log = structlog.get_logger("verld.network")
+
+#: seconds a TLS handshake may take before the connection is closed (why `tls`)
+HANDSHAKE_TIMEOUT = 10.0
+
+
+class Entry:
+    """One network port (see the module docstring)."""
+
+    def __init__(self, core: Core, cfg: Config, conf: NetworkConfig) -> None:
+        self.core = core
+        self.loop = asyncio.get_running_loop()
+        self.cfg, self.conf = cfg, conf
+        self.label = conf.label
+        self.ssl: ssl.SSLContext | None = tls_context(conf)
+        self.share = Share(cfg.api.client_queue)
+        self.conns: set[NetConn] = set()
+        self.socks: list[socket.socket] = []
+        self.passed = False  #: its socket came from systemd (not bound here, not closed here)
+        self.address = conf.listen  #: where it listens, as bound
+        self._accepting: list[asyncio.Task[None]] = []
+        self._handshakes: set[asyncio.Task[None]] = set()
+        self.refused: dict[str, int] = {}
+        self.bytes_in = self.bytes_out = 0
+        self._totals: dict[str, Any] = {"calls": 0, "ok": 0, "failed": {}, "dropped": 0,
+                                        "ignored": 0}  # fmt: skip
+        self._modem: asyncio.TimerHandle | None = None
+
+    # --- listening ----------------------------------------------------------------------------
+    def serve(self, socks: list[socket.socket], *, passed: bool) -> None:
+        """Accept on `socks` (bound and listening)."""
+        self.socks, self.passed = socks, passed
+        name = socks[0].getsockname()
+        self.address = host_of(name)[1]
+        for sock in socks:
+            sock.setblocking(False)
+            task = self.loop.create_task(self._accept(sock), name=f"network {self.label} accept")
+            self._accepting.append(task)
+        log.info("network_listening", name=self.label, listen=self.address,
+                 protocol=self.conf.protocol, mode=self.conf.mode,
+                 tls=self.ssl is not None, socket_activation=passed)  # fmt: skip
+
+    async def _accept(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, address = await self.loop.sock_accept(sock)
+            except OSError as exc:  # (EMFILE and the like: wait, do not spin)
+                log.warning("network_accept_failed", name=self.label, error=str(exc))
+                await asyncio.sleep(0.5)
+                continue
+            self._accepted(conn, address)
+
+    def _accepted(self, sock: socket.socket, address: Any) -> None:
+        host, peer = host_of(address)
+        if not allowed(self.conf, host):
+            self._refuse(sock, peer, "allow")
+            return
+        why = self._full()
+        if why is not None:
+            self._refuse(sock, peer, why)
+            return
+        keepalive(sock)
+        task = self.loop.create_task(self._connect(sock, peer))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    def _full(self) -> str | None:
+        """Why a new connection cannot be served now (None: it can)."""
+        if self.conf.mode == "passthrough":
+            return "busy" if self.conns or self.core.holder is not None else None
+        return "limit" if len(self.conns) >= self.conf.max_connections else None
+
+    def _refuse(self, sock: socket.socket | None, peer: str, why: str, error: str = "") -> None:
+        self.refused[why] = self.refused.get(why, 0) + 1
+        log.warning("network_refused", name=self.label, peer=peer, why=why,
+                    **({"error": error} if error else {}))  # fmt: skip
+        if sock is not None:
+            sock.close()
+
+    async def _connect(self, sock: socket.socket, peer: str) -> None:
+        try:
+            if self.ssl is None:
+                await self.loop.connect_accepted_socket(lambda: NetConn(self, peer), sock)
+            else:
+                await self.loop.connect_accepted_socket(
+                    lambda: NetConn(self, peer), sock, ssl=self.ssl,
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT)  # fmt: skip
+        except (OSError, ssl.SSLError, TimeoutError, EOFError) as exc:
+            self._refuse(sock, peer, "tls" if self.ssl is not None else "error", str(exc) or
+                         type(exc).__name__)  # fmt: skip
+
+    # --- connections ----------------------------------------------------------------------------
+    def admit(self, conn: NetConn) -> bool:
+        """A connection is made (after its TLS handshake): take it, or close it when
+        the entry filled up meanwhile."""
+        why = self._full()
+        if why is not None:
+            self._refuse(None, conn.peer, why)
+            conn.close(f"refused: {why}")
+            return False
+        self.conns.add(conn)
+        if self.conf.protocol == "rfc2217" and self._modem is None:
+            self._modem = self.loop.call_later(MODEM_POLL, self._look)
+        log.info("network_connected", name=self.label, peer=conn.peer,
+                 **({"subject": conn.subject} if conn.subject else {}))  # fmt: skip
+        self.core.clients_changed()
+        return True
+
+    def relay(self, conn: NetConn) -> Relay:
+        """A passthrough connection's relay (it asks for the port at `start`)."""
+        return Relay(conn)
+
+    def _look(self) -> None:
+        """Shared RFC 2217 connections: the link's modem lines, while any is open."""
+        self._modem = None
+        if not self.conns or self.conf.protocol != "rfc2217":
+            return
+        for conn in self.conns:
+            if conn.relay is None:
+                conn.modem_lines()
+        self._modem = self.loop.call_later(MODEM_POLL, self._look)
+
+    def detach(self, conn: NetConn, reason: str) -> None:
+        if conn not in self.conns:
+            return
+        self.conns.discard(conn)
+        fig = conn.figures()
+        totals = self._totals
+        for key in ("calls", "ok", "dropped", "ignored"):
+            totals[key] += fig[key]
+        for code, n in fig["failed"].items():
+            totals["failed"][code] = totals["failed"].get(code, 0) + n
+        log.info("network_closed", name=self.label, peer=conn.peer, reason=reason,
+                 calls=fig["calls"], ok=fig["ok"], failed=sum(fig["failed"].values()))  # fmt: skip
+        self.core.clients_changed()
+
+    def reconfigure(self, cfg: Config, conf: NetworkConfig) -> None:
+        """Take reloaded settings (the caller closes connections when `protocol`,
+        `mode` or `tls` changed); `allow` applies to open connections too."""
+        old = self.conf
+        self.cfg, self.conf = cfg, conf
+        if conf.tls != old.tls:
+            self.ssl = tls_context(conf)
+        self.share.limit = cfg.api.client_queue
+        for conn in list(self.conns):
+            if not allowed(conf, conn.peer.rpartition(":")[0].strip("[]")):
+                conn.close("no longer in allow (reload)")
+            elif conn.stream is not None:
+                conn.stream.configure(cfg, write=conf.write, events=conf.events)
+            if conf.idle != old.idle:
+                conn.rearm_idle()
+
+    def stop_accepting(self) -> None:
+        for task in self._accepting:
+            task.cancel()
+        self._accepting.clear()
+
+    def close_conns(self, reason: str) -> None:
+        for conn in list(self.conns):
+            conn.close(reason)
+
+    def close(self, reason: str) -> None:
+        """Stop listening, close every connection (a passed socket stays systemd's)."""
+        self.stop_accepting()
+        if self._modem is not None:
+            self._modem.cancel()
+            self._modem = None
+        for task in self._handshakes:
+            task.cancel()
+        self.close_conns(reason)
+        for sock in self.socks:
+            if self.passed:
+                sock.detach()
+            else:
+                sock.close()
+        self.socks = []
+
+    # --- figures ----------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Its `status.network` entry."""
+        totals = self._totals
+        calls, ok, dropped, ignored = (totals[k] for k in ("calls", "ok", "dropped", "ignored"))
+        failed = dict(totals["failed"])
+        holder = None
+        for conn in self.conns:
+            fig = conn.figures()
+            calls, ok = calls + fig["calls"], ok + fig["ok"]
+            dropped, ignored = dropped + fig["dropped"], ignored + fig["ignored"]
+            for code, n in fig["failed"].items():
+                failed[code] = failed.get(code, 0) + n
+            if conn.relay is not None:
+                holder = conn.peer
+        conf = self.conf
+        return {
+            "name": self.label, "listen": self.address, "protocol": conf.protocol,
+            "mode": conf.mode, "connections": len(self.conns), "calls": calls, "ok": ok,
+            "failed": dict(sorted(failed.items())), "dropped": dropped, "ignored": ignored,
+            "refused": dict(sorted(self.refused.items())), "holder": holder,
+            "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
+        }  # fmt: skip
