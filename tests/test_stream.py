@@ -20,7 +20,7 @@ from verld.codec.base import Kind, PortRequest
 from verld.codec.modbus import rtu_frame
 from verld.codec.verl import FrameDecoder, encode_frame
 from verld.config import Config, parse_config
-from verld.fronts.stream import GONE, ProgramStream
+from verld.fronts.stream import GONE, ProgramStream, Share
 from verld.link import Transition
 from verld.testing.session import Respond, SessionRig, echo
 
@@ -80,11 +80,14 @@ class Rig:
         self.core.listeners.append(self)
         self.stream, self.edge = self.add(write=write, events=events)
 
-    def add(self, *, write: bool = True, events: bool = True) -> tuple[ProgramStream, FakeEdge]:
+    def add(
+        self, *, write: bool = True, events: bool = True, share: Share | None = None
+    ) -> tuple[ProgramStream, FakeEdge]:
         """Another stream over the same core, with a program attached."""
         edge = FakeEdge()
         stream = ProgramStream(self.core, self.cfg, edge, self.clock, kind="port",
-                               where={"link": LINK}, write=write, events=events)  # fmt: skip
+                               where={"link": LINK}, write=write, events=events,
+                               share=share)  # fmt: skip
         stream.attach()
         self.streams.append(stream)
         return stream, edge
@@ -243,6 +246,41 @@ class TestAnswers:
         assert rig.figures()["failed"] == {"busy": 2}
         # (the stream counts the refusals it made; the session counts A's answer)
         assert rig.core.front("port").outcomes == {"busy": 2, "ok": 1}
+
+    def test_streams_sharing_a_share_hold_at_most_its_limit_together(self) -> None:
+        """Two streams with one share of 3: the fourth request between them fails busy."""
+        rig = Rig()
+        share = Share(3)
+        a, _ = rig.add(share=share)
+        b, b_edge = rig.add(share=share)
+        a.feed(b"A1\nA2\n")
+        b.feed(b"B1\nB2\n")
+        assert b.figures()["failed"] == {"busy": 1}
+        while rig.answer(_lower):
+            pass
+        assert share.used == 0
+        assert bytes(b_edge.out) == b"b1\n"
+
+    def test_a_share_never_drifts_over_many_single_requests(self) -> None:
+        """One request at a time, many times: the share is back to 0 after each."""
+        rig = Rig()
+        share = Share(8)
+        stream, edge = rig.add(share=share)
+        for i in range(20):
+            stream.feed(b"X%d\n" % i)
+            rig.answer(_lower)
+            assert share.used == 0
+        assert edge.out.count(b"\n") == 20
+
+    def test_a_leaving_stream_gives_its_share_back(self) -> None:
+        """A stream whose program leaves returns what it held of the share."""
+        rig = Rig()
+        share = Share(2)
+        stream, _ = rig.add(share=share)
+        stream.feed(b"ONE\nTWO\n")
+        assert share.used == 2
+        stream.detach()
+        assert share.used == 0
 
     def test_a_call_that_fails_gets_no_answer_and_is_counted_by_error(self) -> None:
         """A timeout writes nothing, counts `failed`, and logs port_call_failed at DEBUG."""

@@ -254,7 +254,7 @@ class ProgramStream:
             for _ in requests[room:]:
                 self.counts.add(ErrorCode.BUSY)
                 self._failed(ErrorCode.BUSY, "more than api.client_queue requests waiting")
-            if share is not None:
+            if share is not None and len(requests) > room:
                 share.used -= len(requests) - room
             self._pump()
         elif len(requests) == 1:  # the lock-step case: straight out
