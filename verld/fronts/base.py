@@ -90,6 +90,7 @@ class Core:
         self._counts: dict[str, FrontCounts] = {}
         self._sockets = {k: s for k, s in (sockets or {}).items() if s is not None}
         self._taps: dict[object, tuple[TrafficTap | None, WireTap | None]] = {}
+        self._tapped: tuple[TrafficTap | None, WireTap | None] = (None, None)
         self._session = Session(
             cfg,
             spec_of(cfg).host(cfg),
@@ -252,7 +253,17 @@ class Core:
         self._taps[who] = (traffic, wire)
         traffics = [t for t, _ in self._taps.values() if t is not None]
         wires = [w for _, w in self._taps.values() if w is not None]
-        self._session.set_taps(_fan(traffics), _fan(wires))
+        self._tapped = (_fan(traffics), _fan(wires))
+        self._session.set_taps(*self._tapped)
+
+    def relayed(self, direction: str, data: bytes) -> None:
+        """Bytes a passthrough relayed to ("tx") or from ("rx") the port, for the taps:
+        raw on `wire`, as one `passthrough` frame on `traffic`."""
+        traffic, wire = self._tapped
+        if wire is not None:
+            wire(direction, data)
+        if traffic is not None:
+            traffic(direction, "passthrough", None, None, data)
 
     # --- for the daemon -------------------------------------------------------------
     def run(self) -> Coroutine[Any, Any, None]:

@@ -123,6 +123,7 @@ class Relay:
         """What the connection sent, for the port."""
         if self.fd < 0 or self._failed:
             return
+        self.core.relayed("tx", data)
         if self._pending:
             self._pending += data
         else:
@@ -170,6 +171,7 @@ class Relay:
         if not data:
             self._fail(OSError("hangup"))
             return
+        self.core.relayed("rx", data)
         self.conn.send_data(data)
 
     def pause_port(self) -> None:

@@ -1,0 +1,124 @@
+"""Passthrough beyond the pty: a tcp:// link, a port that vanishes mid-relay, the taps.
+
+Strategy: as tests/test_network.py (verld on a verld-sim, line codec, real sockets),
+with the sim on TCP for the `tcp://` case and its control socket's `unplug` for
+the vanishing port; the taps are read by an API client subscribed to `traffic` and
+`wire`, as `verlctl monitor` reads them.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verld.testing import DaemonProc, SimProc, write_config
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def line_reply(s: socket.socket) -> bytes:
+    s.settimeout(5)
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = s.recv(100)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+class Held:
+    """A sim (pty or TCP) and a verld with one raw passthrough entry."""
+
+    def __init__(self, tmp: Path, *, tcp: bool = False, **entry: Any) -> None:
+        self.port = free_port()
+        self.sim = SimProc(tmp, codec="line", tcp=tcp)
+        net = [{"listen": f"127.0.0.1:{self.port}", "name": "hold", "mode": "passthrough",
+                "allow": ["127.0.0.0/8"], **entry}]  # fmt: skip
+        link = self.sim.address if tcp else self.sim.link
+        try:
+            self.d = DaemonProc(write_config(tmp, link, {"device": {"codec": "line"},
+                                                          "network": net}))  # fmt: skip
+        except BaseException:
+            self.sim.stop()
+            raise
+
+    def connect(self) -> socket.socket:
+        s = socket.create_connection(("127.0.0.1", self.port))
+        self.d.wait_state("inhibited")
+        return s
+
+    def stop(self) -> None:
+        self.d.stop()
+        self.sim.stop()
+
+
+@pytest.fixture
+def held(tmp_path: Path) -> Iterator[Held]:
+    rig = Held(tmp_path)
+    yield rig
+    rig.stop()
+
+
+def test_passthrough_over_a_tcp_link_relays_and_gives_the_link_back(tmp_path: Path) -> None:
+    """On a tcp:// link the passthrough relays raw bytes; its close brings the link back."""
+    rig = Held(tmp_path, tcp=True)
+    try:
+        gen = rig.d.status()["link"]["generation"]
+        with rig.connect() as s:
+            s.sendall(b"PING\n")
+            assert line_reply(s) == b"PONG\n"
+        rig.d.wait_state("up")
+        assert rig.d.status()["link"]["generation"] > gen
+    finally:
+        rig.stop()
+
+
+def test_a_port_that_fails_mid_relay_closes_the_connection(held: Held) -> None:
+    """An unplug during the relay closes the connection; the link reconnects after replug."""
+    with held.connect() as s:
+        held.sim.control("unplug 0.5")
+        s.settimeout(5)
+        assert s.recv(100) == b""
+    assert "network_passthrough_port_failed" in held.d.log()
+    held.d.wait_state("up", timeout=15)
+
+
+def test_relayed_bytes_show_on_the_traffic_and_wire_taps(held: Held) -> None:
+    """Relayed bytes reach wire subscribers raw and traffic subscribers as passthrough."""
+    client = held.d.client()
+    client.subscribe(["traffic", "wire"])
+    with held.connect() as s:
+        s.sendall(b"PING\n")
+        assert line_reply(s) == b"PONG\n"
+    seen: list[tuple[str, str, str]] = []
+    for ev in client.events():
+        if ev.get("event") in ("traffic", "wire"):
+            seen.append((ev["event"], ev["dir"], ev.get("kind", "")))
+            if ("traffic", "rx", "passthrough") in seen and ("wire", "rx", "") in seen:
+                break
+    assert ("traffic", "tx", "passthrough") in seen
+    assert ("wire", "tx", "") in seen
+
+
+def test_a_silent_passthrough_connection_is_closed_after_idle_timeout(tmp_path: Path) -> None:
+    """A passthrough connection silent for idle_timeout is closed and the link comes back."""
+    rig = Held(tmp_path, idle_timeout=0.5)
+    try:
+        with rig.connect() as s:
+            s.settimeout(5)
+            assert s.recv(100) == b""
+        rig.d.wait_state("up")
+        assert rig.d.status()["network"][0]["holder"] is None
+    finally:
+        rig.stop()
