@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from verld.client import ClientError
 from verld.testing import DaemonProc, SimProc, write_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -122,3 +123,16 @@ def test_a_silent_passthrough_connection_is_closed_after_idle_timeout(tmp_path: 
         assert rig.d.status()["network"][0]["holder"] is None
     finally:
         rig.stop()
+
+
+def test_a_passthrough_connection_ends_a_lease_and_an_inhibit_is_busy(held: Held) -> None:
+    """A lease ends when a passthrough connection takes the port; an inhibit then gets busy."""
+    leaser = held.d.client()
+    leaser.request("lease", seconds=30)
+    with held.connect():
+        assert held.d.status()["lease"] is None
+        with pytest.raises(ClientError) as info:
+            held.d.client().inhibit()
+        assert info.value.code == "busy"
+        assert info.value.message.startswith("already inhibited by network hold 127.0.0.1:")
+    held.d.wait_state("up")

@@ -85,6 +85,8 @@ class Core:
         #: re-read the config file and apply it, returning the changed keys (the admin
         #: `reload` op; ConfigError keeps the running config). None: not available.
         self.reload_config: Callable[[], list[str]] | None = None
+        #: ends the lease there is, if any (the API front's; a `hold` ends it)
+        self.end_lease: Callable[[str], None] = _nothing_said
         #: a front calls it when its clients come or go (the daemon's STATUS= line)
         self.clients_changed: Callable[[], None] = _nothing
         self._counts: dict[str, FrontCounts] = {}
@@ -182,6 +184,7 @@ class Core:
         an `uninhibit` asks it to stop (it then calls `unhold`). Ask only while
         `holder` is None."""
         self.holder, self._end_hold = holder, end
+        self.end_lease("inhibited")
         return self.inhibit(reason)
 
     def end_hold(self, why: str) -> bool:
@@ -327,6 +330,10 @@ class Core:
 
 
 def _nothing() -> None:
+    return None
+
+
+def _nothing_said(_: str) -> None:
     return None
 
 

@@ -161,8 +161,7 @@ def release(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
 
 def inhibit(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
     """Let go of the port; the reply (its path) comes once it is closed."""
-    api.inhibits.take(conn, req.id, lambda port: _ok(conn, req, port=port))
-    api.leases.end("inhibited")
+    api.inhibits.take(conn, req.id, lambda port: _ok(conn, req, port=port))  # (ends a lease)
 
 
 def uninhibit(api: OpContext, conn: ClientConn, req: wire.Request) -> None:

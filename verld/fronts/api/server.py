@@ -49,6 +49,7 @@ class ApiServer:
         self.stats = ApiStats()
         self.fanout = Fanout(core)
         self.leases = Leases(core)
+        core.end_lease = self.leases.end  # (a passthrough connection taking the port ends it)
         self.inhibits = Inhibits(core)
         self.clients: set[ClientConn] = set()
         self.debug = level_enabled(cfg.log.level)

@@ -167,19 +167,22 @@ class Entry:
 
     def reconfigure(self, cfg: Config, conf: NetworkConfig) -> None:
         """Take reloaded settings (the caller closes connections when `protocol`,
-        `mode` or `tls` changed); `allow` applies to open connections too."""
+        `mode` or `tls` changed); `allow` applies to open connections too; the TLS files
+        are read again (`ServeError` when they cannot be: the old ones stay in use)."""
         old = self.conf
         self.cfg, self.conf = cfg, conf
-        if conf.tls != old.tls:
-            self.ssl = tls_context(conf)
         self.share.limit = cfg.api.client_queue
         for conn in list(self.conns):
             if not allowed(conf, conn.peer.rpartition(":")[0].strip("[]")):
                 conn.close("no longer in allow (reload)")
             elif conn.stream is not None:
                 conn.stream.configure(cfg, write=conf.write, events=conf.events)
+            if conn.comport is not None:
+                conn.comport.device = cfg.device
             if conf.idle != old.idle:
                 conn.rearm_idle()
+        self.ssl = tls_context(conf)  # (re-read: new files apply to new handshakes; unreadable:
+        # ServeError, the old context stays)
 
     def stop_accepting(self) -> None:
         for task in self._accepting:
