@@ -113,8 +113,8 @@ install:
 		'udevadm control --reload; systemctl daemon-reload; systemctl enable --now verld.socket;' \
 		'for the MQTT bridge: chgrp verld-mqtt /etc/verld/mqtt.yaml; systemctl enable --now verld-mqtt.service'
 
-# `make bench`: tools/bench's full run (the api, ports and modbus families in interleaved rounds,
-# 10 to 15 minutes); refreshes docs/bench.json, docs/bench.png and the figures in docs/benchmarks.md.
+# `make bench`: tools/bench's full run (the api, ports, modbus and network families in interleaved
+# rounds, 12 to 17 minutes); refreshes docs/bench.json, docs/bench.png and the figures in docs/benchmarks.md.
 .PHONY: bench
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -3,8 +3,10 @@
 
 Checked: every call answered and right (and counted by verld), every family's paths,
 figures and targets present, the checker's load in 2 processes, the port programs, the
-Modbus offline unit, the fleet's per-device counts. The fleet family needs mosquitto
-(as tests/mqttrig.py: its tests skip without it, and fail under CI=true).
+Modbus offline unit, the network port's 8 connections and ser2net beside it, the
+fleet's per-device counts. The fleet family needs mosquitto and the network family's
+ser2net paths need ser2net (as tests/mqttrig.py: without one its checks skip, and
+fail under CI=true, where .ci/run installs both).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_MOSQUITTO = bool(shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin"))
+HAVE_SER2NET = bool(shutil.which("ser2net") or shutil.which("ser2net", path="/usr/sbin"))
+SER2NET = ("ser2net", "ser2net-nd") if HAVE_SER2NET else ()  #: its paths (chardelay on, off)
 #: per family and path, figures that must be numbers (every path has every key)
 NUMBERS = {
     "api": {
@@ -40,6 +44,13 @@ NUMBERS = {
         "verld": ("lock_p50_us", "raw_p50_us", "cpu_us_lock", "paced_calls", "paced_util",
                   "off_p50_ms", "off_p99_ms", "off_calls", "off_silent_calls"),
     },
+    "network": {
+        "direct": ("lat32_p50_us", "lat32_p99_us", "calls_c1", "sim_cpu_us_c1"),
+        "network": ("lat32_p50_us", "calls_c1", "cpu_us_c1", "sim_cpu_us_c1", "ready_s",
+                    "paced_calls", "paced_util", "paced_util_counters", "paced_p99_ms",
+                    "paced_cpu_us", "paced_cpu_percent"),
+        **dict.fromkeys(SER2NET, ("lat32_p50_us", "lat32_p99_us", "calls_c1", "cpu_us_c1")),
+    },
     "fleet": {
         "direct": ("lock_p50_us", "lock_rate", "fleet_rate", "fleet_p50_us", "verld_us_fleet"),
         "mqtt": ("lock_p50_us", "fleet_rate", "server_us_lock", "server_us_fleet",
@@ -47,8 +58,9 @@ NUMBERS = {
         "echo": ("lock_p50_us", "fleet_rate", "server_us_fleet", "broker_pct_fleet"),
     },
 }  # fmt: skip
-#: targets that are n/a in the smoke run: a side is left out (mbusd; the API path of ports)
-NOT_HERE = ("mbusd", "verld API client")
+#: targets that are n/a in the smoke run: a side is left out (mbusd; the API path of ports;
+#: ser2net where it is not installed)
+NOT_HERE = ("mbusd", "verld API client", *(() if HAVE_SER2NET else ("ser2net",)))
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -57,6 +69,8 @@ pytestmark = pytest.mark.timeout(150)
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not HAVE_MOSQUITTO and os.environ.get("CI") == "true":
         pytest.fail("mosquitto is not installed (apt: mosquitto)")
+    if not HAVE_SER2NET and os.environ.get("CI") == "true":
+        pytest.fail("ser2net is not installed (apt: ser2net)")
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     started = time.monotonic()
     quick = subprocess.Popen(
@@ -106,7 +120,7 @@ def test_quick_run_exits_zero_with_every_family(smoke: dict[str, Any]) -> None:
     assert smoke["code"] == 0, smoke["stdout"][-4000:]
     result = smoke["json"]
     assert result is not None and result["ok"] is True and result["errors"] == []
-    expected = {"api", "ports", "modbus"} | ({"fleet"} if HAVE_MOSQUITTO else set())
+    expected = {"api", "ports", "modbus", "network"} | ({"fleet"} if HAVE_MOSQUITTO else set())
     assert set(result["families"]) == expected
     for name in expected:  # each family's table, named with the command that made it
         assert f"tools/bench --quick --no-mbusd --family {name}" in smoke["stdout"]
@@ -129,7 +143,7 @@ def test_every_workload_answered_every_call(smoke: dict[str, Any]) -> None:
     """Each workload made calls and got each reply right, and verld counted the same."""
     for name, section in _families(smoke).items():
         runs = _runs(section)
-        assert len(runs) >= 5, name
+        assert len(runs) >= (3 if name == "network" and not HAVE_SER2NET else 5), name
         for where, run in runs:
             assert run["calls"] > 0 and run["errors"] == 0, (where, run.get("error_samples"))
             assert run.get("missing", 0) == 0 and run["answered"] == run["sent"], where
@@ -181,6 +195,29 @@ def test_modbus_offline_unit(smoke: dict[str, Any]) -> None:
     assert set(run["silent"]["exceptions"]) <= {"0x0a", "0x0b"}
     units = {u["unit"]: u for u in run["verld_units"]}
     assert units[5]["offline"] is True and units[1]["offline"] is False
+
+
+def test_network_port_and_ser2net(smoke: dict[str, Any]) -> None:
+    """The network family: lock-step on a shared raw port and on ser2net, 8 paced connections."""
+    network = _families(smoke)["network"]
+    assert network["paths"] == {"rounds": ["direct", "network", *SER2NET], "paced": ["network"]}
+    figures = network["summary"]["figures"]
+    for path in ("network", *SER2NET):
+        assert figures[path]["lat32_p50_us"] > 0 and figures[path]["cpu_us_c1"] > 0, path
+    (rnd,) = network["phases"]["rounds"]
+    assert rnd["network"]["lat32"]["verld_network"]["ok"] == rnd["network"]["lat32"]["answered"]
+    (paced,) = network["phases"]["paced"]
+    run = paced["network"]["p8"]
+    assert run["gens"] == 8 and run["verld_network"]["ok"] == run["answered"]
+    assert run["verld_network"]["failed"] == {} and run["verld_network"]["dropped"] == 0
+    assert abs(run["utilisation_percent"] - run["utilisation_counters_percent"]) < 20
+    names = {t["name"]: t for t in network["summary"]["targets"]}
+    lock = names["network p50 / ser2net p50, lock-step 32 B"]
+    assert lock["kind"] == "target" and len(lock["per_round"]) == 1
+    assert (lock["pass"] is None) is not HAVE_SER2NET  # n/a only when ser2net is left out
+    assert isinstance(names["paced wire busy, 8 programs on 8 connections"]["pass"], bool)
+    if not HAVE_SER2NET:
+        assert any("ser2net is not installed" in w for w in smoke["json"]["warnings"])
 
 
 @pytest.mark.skipif(not HAVE_MOSQUITTO, reason="mosquitto is not installed")

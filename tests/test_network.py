@@ -28,7 +28,9 @@ from typing import Any
 import pytest
 import serial
 
+from verld.codec.base import Kind
 from verld.codec.length import encode as length_encode
+from verld.codec.verl import VerlCodec, encode_frame
 from verld.testing import DaemonProc, SimProc, stop_process, wait_for, write_config
 
 pytestmark = [
@@ -462,3 +464,22 @@ def test_reload_applies_allow_to_open_connections_and_binds_new_entries(line: Ri
     with socket.create_connection(("127.0.0.1", extra)) as s:
         s.sendall(b"PING\n")
         assert recv_until(s, b"\n") == b"PONG\n"
+
+
+def test_verl_connection_gets_its_seqs_and_bad_frames_are_counted(tmp_path: Path) -> None:
+    """verl over raw TCP: the reply carries the program's seq; a corrupt frame is counted."""
+    rig = Rig(tmp_path, "verl", [{"name": "v"}])
+    try:
+        bad = bytearray(encode_frame(Kind.REQUEST, 9, b"\x01xyz"))
+        bad[3] ^= 0x55
+        with socket.create_connection(("127.0.0.1", rig.ports[0])) as s:
+            s.sendall(bytes(bad) + encode_frame(Kind.REQUEST, 77, b"\x01abc"))
+            s.settimeout(3)
+            codec = VerlCodec(64)
+            frames: list[Any] = []
+            while not frames:
+                frames = codec.feed(s.recv(4096), True)
+        assert [(f.kind, f.seq, f.status, f.data) for f in frames] == [(Kind.REPLY, 77, 0, b"abc")]
+        assert network(rig.d, "v")["bad_frames"] == 1
+    finally:
+        rig.stop()

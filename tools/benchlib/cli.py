@@ -1,10 +1,11 @@
 """`tools/bench` and `tools/bench-fleet`: the command line, set-up and clean-up, and outputs.
 
 A run is one or more families (`benchlib.families`) on the one engine: a full run
-`api`, `ports` and `modbus`; `--ports`, `--modbus`, `--family NAME` (repeatable) pick;
-`--quick` is a smoke run of every family (fleet too, where mosquitto is installed) with
-tiny windows, each family in a child process of its own, side by side (its figures
-say nothing about speed: it checks that everything runs and every call is right).
+`api`, `ports`, `modbus` and `network`; `--ports`, `--modbus`, `--family NAME`
+(repeatable) pick; `--quick` is a smoke run of every family (fleet too, where mosquitto
+is installed) with tiny windows, each family in a child process of its own, side by
+side (its figures say nothing about speed: it checks that everything runs and every
+call is right).
 `tools/bench-fleet` is `--family fleet`. The JSON has every family's section
 (`families.NAME`: each phase's rounds, `summary` of figures and targets, `info`).
 
@@ -38,7 +39,8 @@ from benchlib.procs import BenchError, Procs
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 ENGINE = 2  #: the JSON's shape (docs/bench.json from before the one engine has none)
-MARKERS = {"api": "bench", "ports": "bench:ports", "modbus": "bench:modbus", "fleet": "bench:fleet"}
+MARKERS = {"api": "bench", "ports": "bench:ports", "modbus": "bench:modbus",
+           "network": "bench:network", "fleet": "bench:fleet"}  # fmt: skip
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -47,8 +49,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         description="Benchmark verld against what it can be "
         "compared with, family by family (docs/benchmarks.md): its API against a direct pty and "
         "socat, its virtual serial ports, its Modbus TCP gateway against a direct RTU master and "
-        "mbusd, and verld-mqtt against verld's socket and a bare MQTT echo, in interleaved "
-        "rounds. Prints tables; writes JSON (and the plot and docs/benchmarks.md on a full run).",
+        "mbusd, its network ports against ser2net, and verld-mqtt against verld's socket and a "
+        "bare MQTT echo, in interleaved rounds. Prints tables; writes JSON (and the plot and "
+        "docs/benchmarks.md on a full run).",
     )
     add = p.add_argument
     add("--rounds", type=int, help="interleaved rounds (default 5; --quick: 1)")
@@ -162,7 +165,8 @@ def _families(args: argparse.Namespace) -> list[str]:
         return list(dict.fromkeys(args.family))
     if args.ports or args.modbus:
         return [n for n in ("ports", "modbus") if getattr(args, n)]
-    names = ["api", "ports", "modbus", *(["fleet"] if args.quick and which("mosquitto") else [])]
+    fleet = ["fleet"] if args.quick and which("mosquitto") else []
+    names = ["api", "ports", "modbus", "network", *fleet]
     return [n for n in names if not getattr(args, f"no_{n}", False)]
 
 

@@ -10,7 +10,7 @@ latencies (`latencies_ns` too, so the orchestrator can pool several processes), 
 the processes of one workload share one window, and the bridge's CPU read at T0 and
 T1 is over the same window. Every reply is checked; a wrong or missing one is an error.
 
-Kinds: `verl` (verl frames on the pty, socat's socket or a verld port; or verld's
+Kinds: `verl` (verl frames on the pty, socat's socket, a TCP port or a verld port; or verld's
 API: `meter.Spec`) — lock-step with the blocking client (`lockstep`: a chain, no
 event loop on the measured path), else every client in one event loop (`peers`, on
 uvloop where installed; `BENCH_GEN_LOOP=asyncio` forces the standard loop);
@@ -108,6 +108,12 @@ async def _pipelined(spec: Any) -> dict[str, Any]:
             peers.append(VerlPeer(meter, spec, rng))
             factory = functools.partial(VerlProtocol, peers[0])
             transport, _ = await loop.create_unix_connection(factory, spec.target)
+            closers.append(transport.close)
+        elif spec.kind == "tcp":  # (the loop sets TCP_NODELAY on its TCP connections)
+            peers.append(VerlPeer(meter, spec, rng))
+            factory = functools.partial(VerlProtocol, peers[0])
+            host, _, port = spec.target.rpartition(":")
+            transport, _ = await loop.create_connection(factory, host.strip("[]"), int(port))
             closers.append(transport.close)
         elif spec.kind == "api":
             for client in range(spec.clients):

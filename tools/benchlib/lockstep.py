@@ -13,12 +13,13 @@ Every reply is still checked against its own request (seq or id, status 0, the
 unique echoed bytes). The calls before the window's T0 are the warm-up; none starts
 after T1.
 
-A virtual serial port of verld (kind `serial`) is opened as a program opens it,
-with pyserial, and then driven the same way through its fd (made blocking, with
-VMIN 1: pyserial leaves VMIN 0, where read(2) returns at once); kind `pyserial` goes
-through pyserial's own API instead (`write`, then `read(in_waiting or 1)` until
-the reply is whole: a select() and an ioctl more per read), as a pyserial program
-would, on a port or on the device pty alike.
+A network port (kind `tcp`, HOST:PORT: a `network:` entry of verld, ser2net) is a
+TCP connection with TCP_NODELAY, driven the same way. A virtual serial port of verld
+(kind `serial`) is opened as a program opens it, with pyserial, and then driven the
+same way through its fd (made blocking, with VMIN 1: pyserial leaves VMIN 0, where
+read(2) returns at once); kind `pyserial` goes through pyserial's own API instead
+(`write`, then `read(in_waiting or 1)` until the reply is whole: a select() and an
+ioctl more per read), as a pyserial program would, on a port or on the device pty alike.
 """
 
 from __future__ import annotations
@@ -69,6 +70,19 @@ def open_serial(path: str, *, blocking: bool = False) -> serial.Serial:
         termios.tcsetattr(fd, termios.TCSANOW, attrs)
         os.set_blocking(fd, True)
     return port
+
+
+def connect(kind: str, target: str) -> socket.socket:
+    """A stream socket to the bridge: `tcp` HOST:PORT (TCP_NODELAY, as a client that
+    cares about latency sets it), else a Unix socket path."""
+    if kind != "tcp":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(target)
+        return sock
+    host, _, port = target.rpartition(":")
+    sock = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def api_echo_ok(msg: dict[str, Any], expected: bytes) -> bool:
@@ -224,8 +238,7 @@ def run(spec: Spec, window: Callable[[], tuple[int, int]]) -> dict[str, Any]:
         port = open_serial(spec.target, blocking=spec.kind == "serial")
         fd, close = port.fileno(), port.close
     else:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(spec.target)
+        sock = connect(spec.kind, spec.target)
         sock.setblocking(True)
         fd, close = sock.fileno(), sock.close
     read, write = _reader(fd), _writer(fd)

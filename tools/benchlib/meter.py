@@ -24,8 +24,8 @@ _MAX_ERRORS_SHOWN = 5
 class Spec:
     """One generator of verl frames or verld API calls (the JSON after `--gen verl`)."""
 
-    kind: str  #: pty | unix | api | serial | pyserial (a port or pty opened with pyserial)
-    target: str  #: the pty path, the Unix socket path, or the port's link
+    kind: str  #: pty | unix | tcp | api | serial | pyserial (a port or pty opened with pyserial)
+    target: str  #: the pty path, the Unix socket path, HOST:PORT (tcp), or the port's link
     clients: int  #: connections (pty/unix/serial: always 1)
     inflight: int  #: calls each client keeps outstanding (1 = lock-step)
     size: int  #: echoed data bytes per call

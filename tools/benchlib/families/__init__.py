@@ -2,7 +2,8 @@
 
 `api` (verld's API against a direct pty and socat), `ports` (verld's virtual serial
 ports), `modbus` (verld's Modbus TCP gateway against a direct RTU master and mbusd),
-`fleet` (verld-mqtt against verld's socket and a bare MQTT echo).
+`network` (a shared raw network port of verld against the pty and ser2net), `fleet`
+(verld-mqtt against verld's socket and a bare MQTT echo).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import importlib
 
 from benchlib.engine import Family
 
-NAMES = ("api", "ports", "modbus", "fleet")
+NAMES = ("api", "ports", "modbus", "network", "fleet")
 
 
 def family(name: str) -> Family:

@@ -278,7 +278,8 @@ class NetConn(asyncio.Protocol):
 
     def figures(self) -> dict[str, Any]:
         """Its calls and drops so far (shared), for the entry's totals."""
-        fig: dict[str, Any] = {"calls": 0, "ok": 0, "failed": {}, "dropped": 0, "ignored": 0}
+        fig: dict[str, Any] = {"calls": 0, "ok": 0, "failed": {}, "dropped": 0, "ignored": 0,
+                               "bad_frames": 0}  # fmt: skip
         if self.stream is not None:
             fig = self.stream.figures()
         fig["dropped"] += self.dropped

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("verld.network")
 
+#: a connection's counts summed into the entry's (`failed`, a map, apart)
+_COUNTS = ("calls", "ok", "dropped", "ignored", "bad_frames")
 #: seconds a TLS handshake may take before the connection is closed (why `tls`)
 HANDSHAKE_TIMEOUT = 10.0
 
@@ -54,7 +56,7 @@ class Entry:
         self.refused: dict[str, int] = {}
         self.bytes_in = self.bytes_out = 0
         self._totals: dict[str, Any] = {"calls": 0, "ok": 0, "failed": {}, "dropped": 0,
-                                        "ignored": 0}  # fmt: skip
+                                        "ignored": 0, "bad_frames": 0}  # fmt: skip
         self._modem: asyncio.TimerHandle | None = None
 
     # --- listening ----------------------------------------------------------------------------
@@ -157,7 +159,7 @@ class Entry:
         self.conns.discard(conn)
         fig = conn.figures()
         totals = self._totals
-        for key in ("calls", "ok", "dropped", "ignored"):
+        for key in _COUNTS:
             totals[key] += fig[key]
         for code, n in fig["failed"].items():
             totals["failed"][code] = totals["failed"].get(code, 0) + n
@@ -212,14 +214,13 @@ class Entry:
     # --- figures ----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """Its `status.network` entry."""
-        totals = self._totals
-        calls, ok, dropped, ignored = (totals[k] for k in ("calls", "ok", "dropped", "ignored"))
-        failed = dict(totals["failed"])
+        counts = {key: self._totals[key] for key in _COUNTS}
+        failed = dict(self._totals["failed"])
         holder = None
         for conn in self.conns:
             fig = conn.figures()
-            calls, ok = calls + fig["calls"], ok + fig["ok"]
-            dropped, ignored = dropped + fig["dropped"], ignored + fig["ignored"]
+            for key in _COUNTS:
+                counts[key] += fig[key]
             for code, n in fig["failed"].items():
                 failed[code] = failed.get(code, 0) + n
             if conn.relay is not None:
@@ -227,8 +228,10 @@ class Entry:
         conf = self.conf
         return {
             "name": self.label, "listen": self.address, "protocol": conf.protocol,
-            "mode": conf.mode, "connections": len(self.conns), "calls": calls, "ok": ok,
-            "failed": dict(sorted(failed.items())), "dropped": dropped, "ignored": ignored,
-            "refused": dict(sorted(self.refused.items())), "holder": holder,
+            "mode": conf.mode, "connections": len(self.conns), "calls": counts["calls"],
+            "ok": counts["ok"], "failed": dict(sorted(failed.items())),
+            "dropped": counts["dropped"], "ignored": counts["ignored"],
+            "bad_frames": counts["bad_frames"], "refused": dict(sorted(self.refused.items())),
+            "holder": holder,
             "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
         }  # fmt: skip
