@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 import serial
+from serial.rs485 import RS485Settings
 
 from verld.config import DeviceConfig, tcp_target
 from verld.errors import OpenError
@@ -50,8 +51,12 @@ class LinkTransport(Protocol):
     """What the session drives (an FdTransport, or a test's stand-in)."""
 
     tap: Callable[[str, bytes], None] | None
-    bytes_tx: int
-    bytes_rx: int
+
+    @property
+    def bytes_tx(self) -> int: ...
+
+    @property
+    def bytes_rx(self) -> int: ...
 
     def write(self, data: bytes) -> None: ...
 
@@ -215,11 +220,14 @@ def lock_holder(path: str) -> str:
     return "another process"
 
 
-def open_serial(cfg: DeviceConfig, port: str) -> serial.Serial:
-    """The serial port `port` opened exclusively with `cfg`'s line settings,
-    input flushed; `OpenError` says why not."""
+def open_serial(
+    cfg: DeviceConfig, port: str, make: Callable[..., serial.Serial] = serial.Serial
+) -> serial.Serial:
+    """The serial port `port` opened exclusively with `cfg`'s line settings (and the
+    kernel's RS-485 mode with `cfg.rs485`), input flushed; `OpenError` says why not.
+    `make` builds the pyserial object (a test's recorder)."""
     try:
-        ser = serial.Serial(
+        ser = make(
             port=port,
             baudrate=cfg.baudrate,
             bytesize=cfg.bytesize,
@@ -236,6 +244,8 @@ def open_serial(cfg: DeviceConfig, port: str) -> serial.Serial:
         if "Resource temporarily unavailable" in text or "[Errno 11]" in text:
             text = f"{port} is locked by {lock_holder(port)} (opened exclusively)"
         raise OpenError(text) from None
+    if cfg.rs485 is not None:
+        _rs485(ser, cfg, port)
     # pyserial's open() already flushed input; flush again in case it raced.
     try:
         ser.reset_input_buffer()
@@ -243,6 +253,23 @@ def open_serial(cfg: DeviceConfig, port: str) -> serial.Serial:
         ser.close()
         raise OpenError(f"{port}: {exc}") from None
     return ser
+
+
+def _rs485(ser: serial.Serial, cfg: DeviceConfig, port: str) -> None:
+    """The kernel's RS-485 mode on `ser` (TIOCSRS485); `OpenError` when the driver
+    refuses it (a pty, an adapter without kernel RS-485 support), the port closed."""
+    rs = cfg.rs485
+    assert rs is not None
+    try:
+        ser.rs485_mode = RS485Settings(
+            rts_level_for_tx=rs.rts_level_for_tx,
+            rts_level_for_rx=rs.rts_level_for_rx,
+            delay_before_tx=rs.delay_before_tx,
+            delay_before_rx=rs.delay_before_rx,
+        )
+    except (serial.SerialException, OSError, ValueError) as exc:
+        ser.close()
+        raise OpenError(f"RS-485 mode not supported by {port}: {exc}") from None
 
 
 async def open_link(

@@ -8,7 +8,11 @@ Invariants, for any bytes from a peer:
 - the data is never longer than the input, and a subnegotiation never grows past
   `MAX_SUBNEG` bytes of value;
 - negotiation answers are whole `IAC verb option` triples;
-- escaped data comes back unchanged.
+- escaped data comes back unchanged;
+- an `rfc2217://` link's client side (`ComPortClient`) and a network port's server
+  side (`ComPortServer`, shared and passthrough without a port) take the same bytes
+  without raising, the client whatever the cuts, and every answer the server makes is
+  a server code with a value of the command's size.
 
 Run: `tools/fuzz/fuzz_telnet.py -max_total_time=60` (or `tools/fuzz/run`).
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import _harness
 
+from verld.codec.rfc2217 import SERVER
 from verld.codec.telnet import (
     COM_PORT,
     DO,
@@ -33,6 +38,9 @@ from verld.codec.telnet import (
     Telnet,
     escape,
 )
+from verld.config import DeviceConfig
+from verld.fronts.network.comport import ComPortServer
+from verld.rfc2217link import ComPortClient
 
 Outcome = tuple[bytes, list[Event], bytes, int]
 
@@ -55,6 +63,21 @@ def check(data: bytes) -> None:
                     assert comport and len(event.value) < MAX_SUBNEG
     t = Telnet(server=True, comport=True)
     assert b"".join(e.data for e in t.feed(escape(stream)) if isinstance(e, Data)) == stream
+    assert _client(pieces) == _client([stream])
+    for apply in (False, True):
+        answering = ComPortServer(DeviceConfig(), apply=apply)
+        for event in Telnet(server=True, comport=True).feed(stream):
+            if isinstance(event, ComPort):
+                for code, value in answering.handle(event.code, event.value):
+                    assert code >= SERVER
+                    assert code == SERVER or len(value) == (4 if code == SERVER + 1 else 1)
+
+
+def _client(chunks: list[bytes]) -> tuple[bytes, dict[str, bool], dict[int, bytes], int]:
+    client = ComPortClient()
+    plain = b"".join(client.feed(chunk) for chunk in chunks)
+    assert len(plain) <= sum(map(len, chunks))
+    return plain, client.modem, client.answers, client.ignored + client.telnet.ignored
 
 
 def _run(server: bool, comport: bool, chunks: list[bytes]) -> Outcome:

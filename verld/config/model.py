@@ -29,6 +29,16 @@ def _no_actions() -> Mapping[str, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class Rs485Config:
+    """The kernel's RS-485 mode on a serial port (TIOCSRS485, pyserial `rs485_mode`)."""
+
+    rts_level_for_tx: bool = True
+    rts_level_for_rx: bool = False
+    delay_before_tx: float = 0.0  #: seconds
+    delay_before_rx: float = 0.0  #: seconds
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceConfig:
     """The link to the device and how messages are framed on it."""
 
@@ -46,6 +56,7 @@ class DeviceConfig:
     max_payload: int = 4096
     actions: Mapping[str, int] = field(default_factory=_no_actions)  #: the user's entries only
     line: LineConfig = field(default_factory=LineConfig)
+    rs485: Rs485Config | None = None  #: serial ports only: the driver turns the transceiver
 
 
 @dataclass(frozen=True, slots=True)

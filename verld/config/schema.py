@@ -190,11 +190,24 @@ def cross_check(config: Config, ctx: Context) -> None:
         _check_hex_payload(heartbeat.payload, device.max_payload, ctx)
     if ctx.ok(*payload) and device.codec in MODBUS_CODECS:
         _check_modbus_payload(heartbeat.payload, device.codec, ctx)
+    if ctx.ok("device.rs485", "device.port") and device.rs485 is not None:
+        _check_rs485(device.port, ctx)
     if ctx.ok("modbus.listen", "device.codec") and config.modbus.listen is not None:
         _check_modbus_listen(device.codec, ctx)
     text = ("device.line.encoding", "device.line.terminator", "heartbeat.payload")
     if ctx.ok(*text) and device.codec == "line":
         _check_encodable(config, ctx)
+
+
+def _check_rs485(port: str, ctx: Context) -> None:
+    """RS-485 mode is the kernel's, on a serial port: not on a network link or the sim."""
+    if port == "sim" or "://" in port:
+        ctx.error_at(
+            ("device.rs485", "device.port"),
+            f"RS-485 mode is set on a serial port by its kernel driver; {port} is not one "
+            "(a network server sets its own line mode); remove rs485 or set device.port to "
+            "the serial device",
+        )
 
 
 def _check_modbus_payload(payload: str, codec: str, ctx: Context) -> None:

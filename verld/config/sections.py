@@ -32,6 +32,7 @@ from verld.config.model import (
     ReconnectConfig,
     RoleList,
     RolesConfig,
+    Rs485Config,
 )
 from verld.config.network import ENTRY as _NETWORK_ENTRY
 from verld.config.network import network as _network
@@ -48,6 +49,22 @@ _LINE = Section(
         "event": leaves.optional(leaves.regex),
     },
 )
+_RS485 = Section(
+    Rs485Config,
+    {
+        "rts_level_for_tx": leaves.boolean,
+        "rts_level_for_rx": leaves.boolean,
+        "delay_before_tx": leaves.seconds(zero_ok=True),
+        "delay_before_rx": leaves.seconds(zero_ok=True),
+    },
+)
+
+
+def _rs485(item: Item) -> Rs485Config:
+    rs485: Rs485Config = build(item, _RS485)
+    return rs485
+
+
 _DEVICE = Section(
     DeviceConfig,
     {
@@ -65,6 +82,7 @@ _DEVICE = Section(
         "max_payload": leaves.integer(1, 1048576),
         "actions": leaves.actions,
         "line": _LINE,
+        "rs485": leaves.optional(_rs485),
     },
 )
 _HEARTBEAT = Section(

@@ -88,11 +88,22 @@ def _link_rows(st: dict[str, Any]) -> Rows:
         ("link", f"{link['state']} ({link['reason']})"),
         ("generation", str(link["generation"])),
         ("port", f"{link['port']}  codec {link['codec']}  {link.get('settings', '')}".rstrip()),
+        *_modem_row(link.get("modem")),
         ("since", _fmt_since(link.get("since", 0))),
         ("uptime", f"{st['uptime']:.0f} s"),
         ("clients", str(st["clients"])),
         ("queue", str(st["queue"])),
     ]
+
+
+def _modem_row(modem: object) -> Rows:
+    """An rfc2217:// link's modem lines as the server last told (none on other links)."""
+    if not isinstance(modem, dict):
+        return []
+    lines = "  ".join(
+        f"{name} {'on' if modem.get(name) else 'off'}" for name in ("cts", "dsr", "ri", "cd")
+    )
+    return [("modem", lines)]
 
 
 def _call_rows(c: dict[str, Any], lat: dict[str, Any]) -> Rows:

@@ -31,10 +31,11 @@ from verld.config import Config, tcp_target
 from verld.fronts.protocol import CannotServe, Front, FrontCounts, Listener
 from verld.link import LinkState, Transition
 from verld.metrics import prometheus_text
+from verld.opener import open_device
 from verld.receiving import TrafficTap
 from verld.session import Session, WireTap
 from verld.supervisor import Opener, Supervisor
-from verld.transport import modem_bits, open_link
+from verld.transport import modem_bits
 
 __all__ = ["CannotServe", "Core", "Front", "FrontCounts", "Listener"]
 
@@ -66,7 +67,7 @@ class Core:
         port: str | None = None,
         *,
         clock: Clock,
-        opener: Opener = open_link,
+        opener: Opener = open_device,
         rng: random.Random | None = None,
         sockets: Mapping[str, socket.socket | None] | None = None,
     ) -> None:
@@ -93,6 +94,8 @@ class Core:
         self._sockets = {k: s for k, s in (sockets or {}).items() if s is not None}
         self._taps: dict[object, tuple[TrafficTap | None, WireTap | None]] = {}
         self._tapped: tuple[TrafficTap | None, WireTap | None] = (None, None)
+        #: an rfc2217:// link's modem lines as last seen (all false until the server tells)
+        self._modem_seen = {"cts": False, "dsr": False, "ri": False, "cd": False}
         self._session = Session(
             cfg,
             spec_of(cfg).host(cfg),
@@ -311,7 +314,12 @@ class Core:
         for front in self.fronts:
             st.update(front.status())
         dev = self.cfg.device
-        if tcp_target(self.port) is None:  # serial: show the line settings
+        if self.port.startswith("rfc2217://"):  # the server's modem lines, as last told
+            modem = getattr(self._session.attached, "modem", None)
+            st["link"]["modem"] = dict(modem or self._modem_seen)
+            if modem is not None:
+                self._modem_seen = dict(modem)
+        if tcp_target(self.port) is None:  # serial, rfc2217: show the line settings
             st["link"]["settings"] = (
                 f"{dev.baudrate} {dev.bytesize}{dev.parity[0].upper()}{dev.stopbits:g}"
                 + (" rtscts" if dev.rtscts else "")

@@ -24,10 +24,11 @@ from verld.config import Config, parse_config
 from verld.errors import OpenError
 from verld.fronts.base import Core
 from verld.link import Transition
+from verld.opener import open_device
 from verld.session import Session
 from verld.supervisor import Supervisor
 from verld.testing.clock import ManualClock, VirtualClockLoop, run_virtual
-from verld.transport import LinkHandler, open_link
+from verld.transport import LinkHandler
 
 __all__ = ["FakeDevice", "ManualClock", "SessionRig", "VirtualClockLoop", "Wire", "run_virtual"]
 
@@ -116,7 +117,7 @@ class SessionRig:
         self.transitions: list[Transition] = []
         self.events: list[tuple[bytes, str | None, int]] = []
         if core:
-            self.core = Core(self.cfg, port, clock=self.clock, opener=opener or open_link,
+            self.core = Core(self.cfg, port, clock=self.clock, opener=opener or open_device,
                              rng=rng)  # fmt: skip
             self.core.listeners.append(_Heard(self))
             # the rig runs the supervisor's steps itself: it drives the core's own parts
@@ -126,7 +127,7 @@ class SessionRig:
                 self.cfg, spec_of(self.cfg).host(self.cfg), port, clock=self.clock,
                 on_event=lambda *event: self.events.append(event), rng=rng,
             )  # fmt: skip
-            self.supervisor = Supervisor(self.session, self._told, opener or open_link)
+            self.supervisor = Supervisor(self.session, self._told, opener or open_device)
         self.lost = 0  #: losses the session reported (a dead heartbeat, a desync...)
         lose = self.supervisor.lose
 

@@ -68,6 +68,11 @@ class Relay(Protocol):
 
     def modem_bits(self) -> int | None: ...
 
+    def forward(self, code: int, value: bytes) -> bool: ...
+
+    @property
+    def forwards(self) -> bool: ...
+
     def end(self, reason: str) -> None: ...
 
 
@@ -183,6 +188,8 @@ class NetConn(asyncio.Protocol):
         comport = self.comport
         if comport is None or self.telnet is None:
             return
+        if self.relay is not None and self.relay.forward(event.code, event.value):
+            return  # (an rfc2217:// link: the server answers)
         if not self._commanded:  # (pyserial may never answer our WILL: a command agrees)
             self._commanded = True
             self.modem_lines()
@@ -202,6 +209,8 @@ class NetConn(asyncio.Protocol):
         telnet, comport = self.telnet, self.comport
         if telnet is None or comport is None or not telnet.rfc2217:
             return
+        if self.relay is not None and self.relay.forwards:
+            return  # (the server's own NOTIFY-MODEMSTATE is forwarded)
         if not (self._commanded or telnet.local(COM_PORT) or telnet.remote(COM_PORT)):
             return
         bits = self.relay.modem_bits() if self.relay is not None else self.entry.core.modem_bits()
@@ -220,6 +229,11 @@ class NetConn(asyncio.Protocol):
             return
         transport.write(data)
         self.entry.bytes_out += len(data)
+
+    def forward_command(self, code: int, value: bytes) -> None:
+        """A COM-PORT command from an rfc2217:// link's server, passed on as it came."""
+        if self.telnet is not None and self.telnet.rfc2217:
+            self._control(self.telnet.comport(code, value))
 
     def send_data(self, data: bytes) -> None:
         """Stream bytes for the peer (the relay's): IAC-doubled under telnet."""

@@ -28,6 +28,7 @@ import structlog
 
 from verld.config import tcp_target
 from verld.errors import OpenError
+from verld.rfc2217link import Rfc2217Link, open_rfc2217
 from verld.transport import connect_tcp, modem_bits, open_serial
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Relay:
                                       "front": "network"}  # fmt: skip
         self.ser: serial.Serial | None = None
         self.sock: socket.socket | None = None
+        self.remote: Rfc2217Link | None = None  #: on an rfc2217:// link: the server, negotiated
         self.fd = -1
         self._pending = bytearray()
         self._reading = False
@@ -85,8 +87,9 @@ class Relay:
                         port=path, error=str(exc))  # fmt: skip
             self.conn.close(f"the port cannot be opened: {exc}")
             return
-        os.set_blocking(self.fd, False)
-        self.resume_port()
+        if self.fd >= 0:
+            os.set_blocking(self.fd, False)
+            self.resume_port()
         if self.conn.comport is not None:
             self.conn.comport.port = self.ser
         if self.conn.transport is not None:
@@ -95,6 +98,11 @@ class Relay:
         self._poll = self.loop.call_later(0, self._look)
 
     async def _open(self, path: str) -> None:
+        dev = self.entry.cfg.device
+        if path.startswith("rfc2217://"):  # the client's commands go on to the server
+            self.remote = await open_rfc2217(dev, path, self, dev.timeout)
+            self.remote.client.on_command = self._server_said
+            return
         target = tcp_target(path)
         if target is None:
             self.ser = open_serial(self.entry.cfg.device, path)
@@ -118,9 +126,38 @@ class Relay:
     def modem_bits(self) -> int | None:
         return modem_bits(self.fd) if self.ser is not None else None
 
+    # --- an rfc2217:// link: the server is the port ----------------------------------------
+    def forward(self, code: int, value: bytes) -> bool:
+        """A client's COM-PORT command: on an rfc2217:// link it goes on to the server
+        (whose answer comes back through `_server_said`); False: handle it here."""
+        if self.remote is None:
+            return False
+        self.remote.command(code, value)
+        return True
+
+    @property
+    def forwards(self) -> bool:
+        """The server's own COM-PORT answers and modem state reach the client."""
+        return self.remote is not None
+
+    def _server_said(self, code: int, value: bytes) -> None:
+        self.conn.forward_command(code, value)
+
+    def link_data(self, data: bytes) -> None:
+        """(The rfc2217:// link's handler) the server's port sent `data`."""
+        self.core.relayed("rx", data)
+        self.conn.send_data(data)
+
+    def link_lost(self, reason: str) -> None:
+        self._fail(OSError(reason))
+
     # --- bytes --------------------------------------------------------------------------------
     def to_port(self, data: bytes) -> None:
         """What the connection sent, for the port."""
+        if self.remote is not None and not self._failed:
+            self.core.relayed("tx", data)
+            self.remote.write(data)
+            return
         if self.fd < 0 or self._failed:
             return
         self.core.relayed("tx", data)
@@ -232,6 +269,9 @@ class Relay:
             self.ser.close()
         if self.sock is not None:
             self.sock.close()
+        if self.remote is not None:
+            self.remote.handler = None
+            self.remote.close()
         self.fd = -1
         if self.core.holder is self.shown:
             self.core.unhold()
