@@ -5,14 +5,14 @@ socket), with the sans-I/O telnet codec (`verld.codec.telnet`, client side)
 between it and the session: bytes in are fed to the codec, whose `Data` goes on to
 the session and whose COM-PORT answers and NOTIFY-MODEMSTATE stay here; bytes out
 have 0xFF doubled. Opening negotiates first (`negotiate`): BINARY, SGA and
-COM-PORT-OPTION offered, then each line setting sent from `device` and its answer
-awaited (within `device.timeout`, at most 5 s) — an answer with another value, or
-none, fails the open with a reason naming the setting as in the config and both
-values — then PURGE-DATA both ways, and DTR ON (and RTS ON unless `rtscts`)
-without waiting (a server on a pty answers none). The server's modem lines are
-kept in `modem` for `status.link.modem`. Malformed telnet from the server is
-dropped and counted (`ignored`), never raised. `ComPortClient` is that protocol
-without I/O; `Rfc2217Link` the transport around it.
+COM-PORT-OPTION offered, then every line setting from `device` and PURGE-DATA both
+ways sent at once (one round trip) and each answer awaited (within
+`device.timeout`, at most 5 s) — an answer with another value, or none, fails the
+open with a reason naming the setting as in the config and both values — then DTR
+ON (and RTS ON unless `rtscts`) without waiting (a server on a pty answers none).
+The server's modem lines are kept in `modem` for `status.link.modem`. Malformed
+telnet from the server is dropped and counted (`ignored`), never raised.
+`ComPortClient` is that protocol without I/O; `Rfc2217Link` the transport around it.
 """
 
 from __future__ import annotations
@@ -184,10 +184,12 @@ class Rfc2217Link:
         if not await self._until(lambda: client.agreed, wait):
             raise OpenError(self._lost or f"rfc2217: COM-PORT-OPTION not agreed within {wait:g} s "
                             "(is the server in telnet(rfc2217) mode?)")  # fmt: skip
-        for name, code, value, shown in settings(cfg):
+        asked = settings(cfg)
+        for _, code, value, _ in asked:  # (all at once: one round trip, not six)
             client.answers.pop(SERVER + code, None)
             client.command(code, pack_value(code, value))
-            self._inner.write(client.take_output())
+        self._inner.write(client.take_output())
+        for name, code, value, shown in asked:
             answered = await self._answer(SERVER + code, wait)
             want = pack_value(code, value)
             if answered != want:

@@ -47,6 +47,7 @@ __all__ = [
 # --- RFC 854 command bytes ------------------------------------------------------------
 IAC, DONT, DO, WONT, WILL, SB, SE = 255, 254, 253, 252, 251, 250, 240
 BINARY, ECHO, SGA, COM_PORT = 0, 1, 3, 44  #: the options that matter here
+_IAC = bytes((IAC,))
 MAX_SUBNEG = 64  #: longer subnegotiations are discarded and counted
 _NO, _YES, _WANTNO, _WANTYES = 0, 1, 2, 3
 
@@ -147,13 +148,19 @@ class Telnet:
         if state == 0 and IAC not in data:  # the usual read: data only
             return [Data(data)] if data else []
         plain = bytearray()
-        for byte in data:
-            if state == 0:
-                if byte == IAC:
-                    state = 1
-                else:
-                    plain.append(byte)
-            elif state == 1:  # after IAC
+        i, n = 0, len(data)
+        while i < n:
+            if state == 0:  # data up to the next IAC, as one slice
+                j = data.find(_IAC, i)
+                if j < 0:
+                    plain += data[i:]
+                    break
+                plain += data[i:j]
+                state, i = 1, j + 1
+                continue
+            byte = data[i]
+            i += 1
+            if state == 1:  # after IAC
                 if byte == IAC:
                     plain.append(IAC)
                     state = 0

@@ -56,6 +56,8 @@ class Entry(Protocol):
 class Relay(Protocol):
     """A passthrough's hold on the real port (`relay.Relay`)."""
 
+    ready: bool
+
     def start(self) -> None: ...
 
     def to_port(self, data: bytes) -> None: ...
@@ -99,6 +101,7 @@ class NetConn(asyncio.Protocol):
         self._want = False
         self._idle: asyncio.TimerHandle | None = None
         self._commanded = False  #: a COM-PORT command came (the option is in use)
+        self._early = bytearray()  #: passthrough: bytes read before the port was handed over
 
     def __repr__(self) -> str:
         return f"network:{self.entry.label}:{self.peer}"
@@ -114,7 +117,10 @@ class NetConn(asyncio.Protocol):
             return
         cfg = entry.cfg
         if entry.conf.mode == "passthrough":
-            transport.pause_reading()  # (nothing read until the port is handed over)
+            # nothing is read until the port is handed over (uvloop starts reading once this
+            # returns: paused again then, and a read that came first waits in `_early`)
+            transport.pause_reading()
+            self.loop.call_soon(self._hold_reading)
             self.relay = entry.relay(self)
             self.comport = ComPortServer(cfg.device, apply=True, purge=self.relay.purge)
         else:
@@ -136,6 +142,11 @@ class NetConn(asyncio.Protocol):
             self.relay.start()
 
     def data_received(self, data: bytes) -> None:
+        relay = self.relay
+        if relay is not None and not relay.ready:  # (read before the port is handed over)
+            self._early += data
+            self._hold_reading()
+            return
         self.last = self.loop.time()
         self.entry.bytes_in += len(data)
         telnet = self.telnet
@@ -153,6 +164,18 @@ class NetConn(asyncio.Protocol):
                 self._command(event)
             elif isinstance(event, Agreed) and event.option == COM_PORT:
                 self.modem_lines()
+
+    def _hold_reading(self) -> None:
+        if self.transport is not None and self.relay is not None and not self.relay.ready:
+            self.transport.pause_reading()
+
+    def held(self) -> None:
+        """The relay holds the port: what came meanwhile goes to it, then the rest."""
+        early, self._early = bytes(self._early), bytearray()
+        if early:
+            self.data_received(early)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._idle is not None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import serial
 import structlog
 
+from verld.codec.rfc2217 import SERVER, Cmd
 from verld.config import tcp_target
 from verld.errors import OpenError
 from verld.rfc2217link import Rfc2217Link, open_rfc2217
@@ -39,6 +40,9 @@ log = structlog.get_logger("verld.network")
 _READ = 65536
 #: bytes from the connection waiting for the port beyond which its reads stop
 _PORT_BACKLOG = 65536
+#: what an RFC 2217 server sends unasked, passed on to a passthrough client as it comes
+_NOTIFICATIONS = (SERVER + Cmd.NOTIFY_LINESTATE, SERVER + Cmd.NOTIFY_MODEMSTATE,
+                  Cmd.FLOWCONTROL_SUSPEND, Cmd.FLOWCONTROL_RESUME)  # fmt: skip
 #: seconds between looks at the modem lines while the port is held
 MODEM_POLL = 0.5
 
@@ -59,12 +63,14 @@ class Relay:
         self.ser: serial.Serial | None = None
         self.sock: socket.socket | None = None
         self.remote: Rfc2217Link | None = None  #: on an rfc2217:// link: the server, negotiated
+        self._asked: dict[int, int] = {}  #: the client's commands forwarded, not yet answered
         self.fd = -1
         self._pending = bytearray()
         self._reading = False
         self._writing = False
         self._failed = False
         self._ended = False
+        self.ready = False  #: the port is held and open: the connection's bytes go to it
         self._task: asyncio.Task[None] | None = None
         self._poll: asyncio.TimerHandle | None = None
 
@@ -92,8 +98,8 @@ class Relay:
             self.resume_port()
         if self.conn.comport is not None:
             self.conn.comport.port = self.ser
-        if self.conn.transport is not None:
-            self.conn.transport.resume_reading()
+        self.ready = True
+        self.conn.held()
         log.info("network_passthrough", name=self.entry.label, peer=self.conn.peer, port=path)
         self._poll = self.loop.call_later(0, self._look)
 
@@ -132,6 +138,7 @@ class Relay:
         (whose answer comes back through `_server_said`); False: handle it here."""
         if self.remote is None:
             return False
+        self._asked[code] = self._asked.get(code, 0) + 1
         self.remote.command(code, value)
         return True
 
@@ -141,7 +148,14 @@ class Relay:
         return self.remote is not None
 
     def _server_said(self, code: int, value: bytes) -> None:
-        self.conn.forward_command(code, value)
+        """The server's answers go to the client only for commands it sent (a late answer
+        to verld's own open, or to its DTR/RTS, is not the client's); notifications all."""
+        asked = code - SERVER
+        if code in _NOTIFICATIONS:
+            self.conn.forward_command(code, value)
+        elif self._asked.get(asked, 0) > 0:
+            self._asked[asked] -= 1
+            self.conn.forward_command(code, value)
 
     def link_data(self, data: bytes) -> None:
         """(The rfc2217:// link's handler) the server's port sent `data`."""
