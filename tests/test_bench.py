@@ -3,10 +3,11 @@
 
 Checked: every call answered and right (and counted by verld), every family's paths,
 figures and targets present, the checker's load in 2 processes, the port programs, the
-Modbus offline unit, the network port's 8 connections and ser2net beside it, the
-fleet's per-device counts. The fleet family needs mosquitto and the network family's
-ser2net paths need ser2net (as tests/mqttrig.py: without one its checks skip, and
-fail under CI=true, where .ci/run installs both).
+Modbus offline unit, the network port's 8 connections and ser2net beside it, verld's
+rfc2217:// and tcp:// links through ser2net, the fleet's per-device counts. The fleet
+family needs mosquitto and the network and links families' ser2net paths need ser2net
+(as tests/mqttrig.py: without one its checks skip, and fail under CI=true, where
+.ci/run installs both).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 HAVE_MOSQUITTO = bool(shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin"))
 HAVE_SER2NET = bool(shutil.which("ser2net") or shutil.which("ser2net", path="/usr/sbin"))
 SER2NET = ("ser2net", "ser2net-nd") if HAVE_SER2NET else ()  #: its paths (chardelay on, off)
+LINKS = ("tcp", "rfc2217") if HAVE_SER2NET else ()  #: verld's links through ser2net
 #: per family and path, figures that must be numbers (every path has every key)
 NUMBERS = {
     "api": {
@@ -51,6 +53,11 @@ NUMBERS = {
                     "paced_cpu_us", "paced_cpu_percent"),
         **dict.fromkeys(SER2NET, ("lat32_p50_us", "lat32_p99_us", "calls_c1", "cpu_us_c1")),
     },
+    "links": {
+        "direct": ("lat32_p50_us", "lat32_p99_us", "calls_32", "sim_cpu_us_32"),
+        **dict.fromkeys(LINKS, ("lat32_p50_us", "lat32_p99_us", "calls_32", "verld_cpu_us_32",
+                                "ser2net_cpu_us_32", "sim_cpu_us_32", "open_ms")),
+    },
     "fleet": {
         "direct": ("lock_p50_us", "lock_rate", "fleet_rate", "fleet_p50_us", "verld_us_fleet"),
         "mqtt": ("lock_p50_us", "fleet_rate", "server_us_lock", "server_us_fleet",
@@ -59,8 +66,9 @@ NUMBERS = {
     },
 }  # fmt: skip
 #: targets that are n/a in the smoke run: a side is left out (mbusd; the API path of ports;
-#: ser2net where it is not installed)
-NOT_HERE = ("mbusd", "verld API client", *(() if HAVE_SER2NET else ("ser2net",)))
+#: the links family's 1 KiB workload and pty link; ser2net where it is not installed)
+NOT_HERE = ("mbusd", "verld API client", "1 KiB", "pty link",
+            *(() if HAVE_SER2NET else ("ser2net",)))  # fmt: skip
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -120,7 +128,9 @@ def test_quick_run_exits_zero_with_every_family(smoke: dict[str, Any]) -> None:
     assert smoke["code"] == 0, smoke["stdout"][-4000:]
     result = smoke["json"]
     assert result is not None and result["ok"] is True and result["errors"] == []
-    expected = {"api", "ports", "modbus", "network"} | ({"fleet"} if HAVE_MOSQUITTO else set())
+    expected = {"api", "ports", "modbus", "network", "links"} | (
+        {"fleet"} if HAVE_MOSQUITTO else set()
+    )
     assert set(result["families"]) == expected
     for name in expected:  # each family's table, named with the command that made it
         assert f"tools/bench --quick --no-mbusd --family {name}" in smoke["stdout"]
@@ -141,9 +151,10 @@ def test_every_path_has_every_figure(smoke: dict[str, Any]) -> None:
 
 def test_every_workload_answered_every_call(smoke: dict[str, Any]) -> None:
     """Each workload made calls and got each reply right, and verld counted the same."""
+    least = {"network": 3 + len(SER2NET), "links": 1 + len(LINKS)}
     for name, section in _families(smoke).items():
         runs = _runs(section)
-        assert len(runs) >= (3 if name == "network" and not HAVE_SER2NET else 5), name
+        assert len(runs) >= least.get(name, 5), name
         for where, run in runs:
             assert run["calls"] > 0 and run["errors"] == 0, (where, run.get("error_samples"))
             assert run.get("missing", 0) == 0 and run["answered"] == run["sent"], where
@@ -218,6 +229,31 @@ def test_network_port_and_ser2net(smoke: dict[str, Any]) -> None:
     assert isinstance(names["paced wire busy, 8 programs on 8 connections"]["pass"], bool)
     if not HAVE_SER2NET:
         assert any("ser2net is not installed" in w for w in smoke["json"]["warnings"])
+
+
+def test_rfc2217_link_against_tcp(smoke: dict[str, Any]) -> None:
+    """The links family: verld on rfc2217:// and tcp:// to ser2net, its figures and ratios."""
+    links = _families(smoke)["links"]
+    assert links["paths"] == {"rounds": ["direct", *LINKS]}  # (no pty-linked verld: --quick)
+    if not HAVE_SER2NET:
+        assert any("ser2net is not installed" in w for w in smoke["json"]["warnings"])
+        return
+    figures = links["summary"]["figures"]
+    for path in LINKS:
+        for key in ("lat32_p50_us", "lat32_p99_us", "calls_32", "verld_cpu_us_32"):
+            assert figures[path][key] > 0, (path, key)
+        assert figures[path]["ser2net_cpu_us_32"] > 0, path
+    (rnd,) = links["phases"]["rounds"]
+    assert rnd["rfc2217"]["lat32"]["link"]["port"].startswith("rfc2217://127.0.0.1:")
+    assert rnd["tcp"]["lat32"]["link"]["port"].startswith("tcp://127.0.0.1:")
+    assert set(rnd["rfc2217"]["lat32"]["link"]["modem"]) == {"cts", "dsr", "ri", "cd"}
+    names = {t["name"]: t for t in links["summary"]["targets"]}
+    for name in ("rfc2217 p50 / tcp p50 via ser2net, lock-step 32 B",
+                 "rfc2217 / tcp verld CPU per call via ser2net, lock-step 32 B",
+                 "rfc2217 / tcp ser2net CPU per call, lock-step 32 B"):  # fmt: skip
+        ratio = names[name]
+        assert ratio["target"] == 1.1 and isinstance(ratio["measured"], float), ratio
+        assert len(ratio["per_round"]) == 1 and isinstance(ratio["pass"], bool)
 
 
 @pytest.mark.skipif(not HAVE_MOSQUITTO, reason="mosquitto is not installed")

@@ -1,6 +1,6 @@
 """A/B two verld checkouts on a family's ratio targets, interleaved, on the bench's engine.
 
-    tools/bench-ab OLD_CHECKOUT [NEW_CHECKOUT] [--family api|ports|modbus|network]
+    tools/bench-ab OLD_CHECKOUT [NEW_CHECKOUT] [--family api|ports|modbus|network|links]
                    [--rounds N]
 
 e.g. `git worktree add /tmp/before HEAD~3 && tools/bench-ab /tmp/before` (a worktree
@@ -15,7 +15,9 @@ order alternating per round), all on one sim and with this checkout's generators
 - ports: a lock-step program on a virtual serial port (p50 / direct's p50);
 - modbus: a lock-step pymodbus and a raw master through verld's Modbus TCP gateway
   (p50 / the same master's on the pty);
-- network: a lock-step program on a shared raw network port (p50 / direct's p50).
+- network: a lock-step program on a shared raw network port (p50 / direct's p50);
+- links: a lock-step API client of verld on an `rfc2217://` link to ser2net serving
+  the sim's pty (p50 / direct's p50).
 
 Each checkout's figures and targets are the family's own (`report`), computed with its
 path in the place of `verld`; ratios within a round, medians over rounds. Every call is
@@ -49,7 +51,9 @@ def main() -> int:
     )
     parser.add_argument("old", type=Path, help="checkout whose verld is A")
     parser.add_argument("new", type=Path, nargs="?", default=TOOLS.parent, help="B (this one)")
-    parser.add_argument("--family", choices=("api", "ports", "modbus", "network"), default="api")
+    parser.add_argument(
+        "--family", choices=("api", "ports", "modbus", "network", "links"), default="api"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds before each window")
     parser.add_argument("--duration", type=float, default=2.0, help="seconds measured")
@@ -81,7 +85,9 @@ def main() -> int:
     decl = types.SimpleNamespace(figures=fam.figures, targets=fam.ab_targets)
     rows: dict[str, list[str]] = {}
     for name in checkouts:
-        view = [{**r, "verld": r[name], "port": r[name], "network": r[name]} for r in rounds]
+        view = [
+            {**r, **dict.fromkeys(("verld", "port", "network", "rfc2217"), r[name])} for r in rounds
+        ]
         section = {"paths": {"rounds": ["direct", "verld"]}, "phases": {"rounds": view}, "info": {}}
         for t in report.summarise(decl, section)["targets"]:
             verdict = {None: "n/a", True: "met", False: "not met"}[t["pass"]]

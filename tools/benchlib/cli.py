@@ -1,7 +1,7 @@
 """`tools/bench` and `tools/bench-fleet`: the command line, set-up and clean-up, and outputs.
 
 A run is one or more families (`benchlib.families`) on the one engine: a full run
-`api`, `ports`, `modbus` and `network`; `--ports`, `--modbus`, `--family NAME`
+`api`, `ports`, `modbus`, `network` and `links`; `--ports`, `--modbus`, `--family NAME`
 (repeatable) pick; `--quick` is a smoke run of every family (fleet too, where mosquitto
 is installed) with tiny windows, each family in a child process of its own, side by
 side (its figures say nothing about speed: it checks that everything runs and every
@@ -40,7 +40,7 @@ from benchlib.procs import BenchError, Procs
 ROOT = Path(__file__).resolve().parent.parent.parent
 ENGINE = 2  #: the JSON's shape (docs/bench.json from before the one engine has none)
 MARKERS = {"api": "bench", "ports": "bench:ports", "modbus": "bench:modbus",
-           "network": "bench:network", "fleet": "bench:fleet"}  # fmt: skip
+           "network": "bench:network", "links": "bench:links", "fleet": "bench:fleet"}  # fmt: skip
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -49,7 +49,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         description="Benchmark verld against what it can be "
         "compared with, family by family (docs/benchmarks.md): its API against a direct pty and "
         "socat, its virtual serial ports, its Modbus TCP gateway against a direct RTU master and "
-        "mbusd, its network ports against ser2net, and verld-mqtt against verld's socket and a "
+        "mbusd, its network ports against ser2net, its rfc2217:// device link against tcp:// "
+        "(both through ser2net), and verld-mqtt against verld's socket and a "
         "bare MQTT echo, in interleaved rounds. Prints tables; writes JSON (and the plot and "
         "docs/benchmarks.md on a full run).",
     )
@@ -166,7 +167,7 @@ def _families(args: argparse.Namespace) -> list[str]:
     if args.ports or args.modbus:
         return [n for n in ("ports", "modbus") if getattr(args, n)]
     fleet = ["fleet"] if args.quick and which("mosquitto") else []
-    names = ["api", "ports", "modbus", "network", *fleet]
+    names = ["api", "ports", "modbus", "network", "links", *fleet]
     return [n for n in names if not getattr(args, f"no_{n}", False)]
 
 

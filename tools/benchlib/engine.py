@@ -16,7 +16,8 @@ A family (benchlib/families/) is a few declarations; the engine does the rest.
 - a `Phase` is a set of interleaved rounds over its paths (`rounds`: the run's
   `--rounds` unless it says how many; `enter`/`leave` around it, e.g. pacing the sim);
 - a `Path` is what a call goes through, as `Leg`s: a `Bridge` started by the leg's
-  `start(run)` (verld, socat, mbusd, a broker and a bridge; `direct`: none), then each
+  `start(run)` (verld, socat, mbusd, a broker and a bridge, ser2net and the verld
+  linked to it; `direct`: none; its `ready_s` and `times`, one list per path), then each
   `Load` of the leg measured through it (`fresh`: a new bridge per load), then the
   bridge stopped; `needs` names a program without which the path is left out, with a
   warning; `run` replaces the legs for a measurement of its own (idle CPU);
@@ -70,6 +71,7 @@ class Bridge:
     window_status: bool = False  #: verld's status at T0 and T1 too (`verld_window`)
     stop: Callable[[], int] | None = None
     ready_s: float | None = None
+    times: dict[str, float | None] = field(default_factory=dict)  #: kept as ready_s is
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -159,6 +161,10 @@ class Family:
 
     def setup(self, run: Run) -> None:
         """Start what lives for the whole family."""
+
+    def direct(self, run: Run) -> Bridge:
+        """The `direct` path's bridge: none, the generator on the sim's pty."""
+        return Bridge("pty", self.sim.link, {"sim": [self.sim.pid]})
 
     def pace(self, run: Run) -> None:
         """A paced phase's `enter`: the sim writes at `baud`."""
@@ -259,8 +265,10 @@ class Run:
         for leg in path.legs:
             for loads in [(load,) for load in leg.loads] if leg.fresh else [leg.loads]:
                 bridge = leg.start(self)
-                if bridge.ready_s is not None:
-                    out.setdefault("ready_s", []).append(round(bridge.ready_s, 4))
+                times = {"ready_s": bridge.ready_s, **bridge.times}
+                for key, value in times.items():
+                    if value is not None:
+                        out.setdefault(key, []).append(round(value, 4))
                 try:
                     for load in loads:
                         label = f"{path.name} {load.name}{leg.suffix}"

@@ -2,7 +2,8 @@
 
 `api` (verld's API against a direct pty and socat), `ports` (verld's virtual serial
 ports), `modbus` (verld's Modbus TCP gateway against a direct RTU master and mbusd),
-`network` (a shared raw network port of verld against the pty and ser2net), `fleet`
+`network` (a shared raw network port of verld against the pty and ser2net), `links`
+(verld's `rfc2217://` device link through ser2net against `tcp://` and the pty), `fleet`
 (verld-mqtt against verld's socket and a bare MQTT echo).
 """
 
@@ -12,7 +13,7 @@ import importlib
 
 from benchlib.engine import Family
 
-NAMES = ("api", "ports", "modbus", "network", "fleet")
+NAMES = ("api", "ports", "modbus", "network", "links", "fleet")
 
 
 def family(name: str) -> Family:

@@ -113,9 +113,6 @@ class Api(Family):
         self.sim = Sim(run.procs, run.tmp, max_payload=MAX_PAYLOAD)
         self.baud = getattr(run.options, "baud", 115200)
 
-    def direct(self, run: Run) -> Bridge:
-        return Bridge("pty", self.sim.link, {"sim": [self.sim.pid]})
-
     def socat(self, run: Run) -> Bridge:
         sock = str(run.dir("socat")) + ".sock"
         relay = Server(run.procs, ["socat", f"UNIX-LISTEN:{sock}",

@@ -3,8 +3,9 @@
 Paths: `direct` (the program on the sim's pty), `network` (verld, window 8, with one
 `network:` entry on 127.0.0.1: raw, shared; the program connects over TCP and speaks
 verl to it exactly as to the device, and gets only its own replies), `ser2net`
-(ser2net 4 serving the same pty on a raw TCP accepter, one client: the byte relay in
-use today, configured as its man page's example, so with its default `chardelay`:
+(ser2net 4 serving the same pty on a raw TCP accepter, one client, from
+`benchlib.ser2net`: the byte relay in use today, configured as its man page's
+example, so with its default `chardelay`:
 after bytes from the port it waits 2 characters' time, at least 1 ms, for more
 before sending them on) and `ser2net-nd` (the same with `chardelay: false`: each read
 sent on at once, the relay's floor). verld and each ser2net hold the pty only for
@@ -24,15 +25,15 @@ daemon's pid: verld's, ser2net's).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-from benchlib.engine import Bridge, Echo, Family, Leg, Path, Phase, Result, Run, which
+from benchlib.engine import Bridge, Echo, Family, Leg, Path, Phase, Result, Run
 from benchlib.families.api import LAT32, REPLY_BYTES
-from benchlib.procs import BenchError, Server, Sim, Verld, flush_pty, free_port, tail, verl_config
+from benchlib.procs import BenchError, Sim, Verld, free_port, verl_config
 from benchlib.report import Figure, Target, fig, ratio
+from benchlib.ser2net import ser2net_info, start_ser2net
 
 PROGRAMS = 8  #: programs (each on its own connection, lock-step) in the paced phase
 F = Figure
@@ -97,19 +98,6 @@ TARGETS = (
 )  # fmt: skip
 
 
-def ser2net_yaml(port: int, device: str, chardelay: bool = True) -> str:
-    """One raw TCP accepter on loopback for `device`, one client at a time (a new one
-    kicks the old), the serial side with no modem lines: ser2net's own example;
-    `chardelay` false sends what it reads from the port on at once."""
-    return (
-        "connection: &bench\n"
-        f"  accepter: tcp,127.0.0.1,{port}\n"
-        f"  connector: serialdev,{device},115200n81,local\n"
-        "  options:\n"
-        "    kickolduser: true\n" + ("" if chardelay else "    chardelay: false\n")
-    )
-
-
 class Network(Family):
     name = "network"
     title = "a program on a shared raw network port of verld against the pty and ser2net"
@@ -131,9 +119,6 @@ class Network(Family):
         self.sim = Sim(run.procs, run.tmp, max_payload=4096, name="net")
         self.baud = getattr(run.options, "baud", 115200)
 
-    def direct(self, run: Run) -> Bridge:
-        return Bridge("pty", self.sim.link, {"sim": [self.sim.pid]})
-
     def network(self, checkout: Any = None) -> Callable[[Run], Bridge]:
         def start(run: Run) -> Bridge:
             port = free_port()
@@ -149,15 +134,7 @@ class Network(Family):
 
     def ser2net(self, chardelay: bool) -> Callable[[Run], Bridge]:
         def start(run: Run) -> Bridge:
-            binary = which("ser2net")
-            assert binary is not None  # (the path needs it: the engine left it out otherwise)
-            flush_pty(self.sim.link)
-            where, port = run.dir("ser2net"), free_port()
-            where.mkdir(parents=True)
-            conf = where / "ser2net.yaml"
-            conf.write_text(ser2net_yaml(port, os.path.realpath(self.sim.link), chardelay))
-            relay = Server(run.procs, [binary, "-n", "-d", "-c", str(conf)], where / "ser2net.log")
-            _await_listen(relay, port)
+            relay, port = start_ser2net(run, self.sim.link, chardelay=chardelay)
             return Bridge("tcp", f"127.0.0.1:{port}", {"bridge": [relay.pid],
                           "sim": [self.sim.pid]}, stop=relay.stop)  # fmt: skip
 
@@ -194,28 +171,7 @@ class Network(Family):
             )
 
     def info(self, run: Run) -> dict[str, Any]:
-        from benchlib.cli import output
-
-        binary = which("ser2net")
-        version = output([binary, "-v"], "version").rpartition(" ")[2] if binary else ""
-        return {
-            "baud": self.baud, "programs": PROGRAMS, "ser2net": version or None,
-            "versions": f"ser2net {version}" if version else "**no ser2net path**: not installed",
-        }  # fmt: skip
-
-
-def _await_listen(relay: Server, port: int) -> None:
-    """ser2net listens: its socket in /proc/net/tcp (a probe connection would open the
-    pty, and the relay might still be closing it when the program connects)."""
-    want = f":{port:04X} "
-    deadline = time.monotonic() + 10
-    while True:
-        with open("/proc/net/tcp") as f:  # st 0A: LISTEN
-            if any(want in line and line.split()[3] == "0A" for line in f):
-                return
-        if relay.proc.poll() is not None or time.monotonic() > deadline:
-            raise BenchError(f"ser2net did not listen on 127.0.0.1:{port}:\n{tail(relay.log_path)}")
-        time.sleep(0.01)
+        return {"baud": self.baud, "programs": PROGRAMS, **ser2net_info()}
 
 
 def _entry(daemon: Verld) -> dict[str, Any]:

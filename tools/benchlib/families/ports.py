@@ -80,9 +80,6 @@ class Ports(Family):
         self.sim = Sim(run.procs, run.tmp, max_payload=4096, name="ports")
         self.baud = getattr(run.options, "baud", 115200)
 
-    def direct(self, run: Run) -> Bridge:
-        return Bridge("pty", self.sim.link, {"sim": [self.sim.pid]})
-
     def api(self, run: Run) -> Bridge:
         d = Verld(run.procs, run.dir("verld"), verl_config(self.sim.link, 8))
         return Bridge("api", d.socket, {"bridge": [d.pid], "sim": [self.sim.pid]}, [d], stop=d.stop)
