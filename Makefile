@@ -43,12 +43,14 @@ clean:
 # exists. DESTDIR stages the whole tree for a package. See docs/deploy.md.
 # The man pages (man/, made by `make man`) go to $(PREFIX)/share/man/man1, man5 and man8,
 # uncompressed (man reads them so; Debian's dh_installman compresses them itself).
-# The Modbus TCP sockets (verld-modbus.socket, verld-modbus@.socket) and the MQTT bridge's
-# verld-mqtt.service (ExecStart= rewritten to $(PREFIX)/bin/verld-mqtt) are installed with
-# the units; nothing is enabled. The bridge's config goes to /etc/verld/mqtt.yaml unless
-# one exists, mode 0640: its group must be verld-mqtt (made by systemd-sysusers), so an
-# install without DESTDIR hands it over when that group exists already; otherwise chgrp
-# it after systemd-sysusers (docs/deploy.md, "The MQTT bridge under systemd").
+# The Modbus TCP sockets (verld-modbus.socket, verld-modbus@.socket), the network ports'
+# socket (verld-network@.socket: verld-network@PORT.socket passes 127.0.0.1:PORT as fd
+# net-PORT) and the MQTT bridge's verld-mqtt.service (ExecStart= rewritten to
+# $(PREFIX)/bin/verld-mqtt) are installed with the units; nothing is enabled. The bridge's
+# config goes to /etc/verld/mqtt.yaml unless one exists, mode 0640: its group must be
+# verld-mqtt (made by systemd-sysusers), so an install without DESTDIR hands it over when
+# that group exists already; otherwise chgrp it after systemd-sysusers (docs/deploy.md,
+# "The MQTT bridge under systemd").
 # systemd/verld.service.d/ports.conf (what virtual serial ports need: chown back in the
 # system-call filter, /run/verld/ports) is NOT installed as a drop-in: one under
 # $(PREFIX)/lib/systemd/system/verld.service.d/ would apply to every installation,
@@ -80,8 +82,8 @@ install:
 	install -d $(SYSTEMD_LIB)/systemd/system $(SYSTEMD_LIB)/udev/rules.d \
 		$(SYSTEMD_LIB)/sysusers.d $(SYSTEMD_LIB)/tmpfiles.d \
 		$(DESTDIR)$(PREFIX)/share/doc/verld/verld.service.d $(DESTDIR)/etc/verld
-	for unit in verld.service verld.socket verld@.service \
-			verld-modbus.socket verld-modbus@.socket verld-mqtt.service; do \
+	for unit in verld.service verld.socket verld@.service verld-modbus.socket \
+			verld-modbus@.socket verld-network@.socket verld-mqtt.service; do \
 		sed 's|/usr/bin/verld|$(PREFIX)/bin/verld|' systemd/$$unit \
 			> $(SYSTEMD_LIB)/systemd/system/$$unit || exit 1; \
 		chmod 0644 $(SYSTEMD_LIB)/systemd/system/$$unit; \
@@ -89,8 +91,8 @@ install:
 	install -m 0644 systemd/70-verld.rules $(SYSTEMD_LIB)/udev/rules.d/70-verld.rules
 	install -m 0644 systemd/verld.sysusers $(SYSTEMD_LIB)/sysusers.d/verld.conf
 	install -m 0644 systemd/verld.tmpfiles $(SYSTEMD_LIB)/tmpfiles.d/verld.conf
-	install -m 0644 README.md docs/deploy.md configs/verld.yaml configs/mqtt.yaml \
-		$(DESTDIR)$(PREFIX)/share/doc/verld/
+	install -m 0644 README.md docs/deploy.md docs/network.md configs/verld.yaml \
+		configs/mqtt.yaml $(DESTDIR)$(PREFIX)/share/doc/verld/
 	install -m 0644 systemd/verld.service.d/ports.conf \
 		$(DESTDIR)$(PREFIX)/share/doc/verld/verld.service.d/ports.conf
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \

@@ -52,6 +52,7 @@ UNITS = (
     "verld.socket",
     "verld-modbus.socket",
     "verld-modbus@.socket",
+    "verld-network@.socket",
 )
 #: the units with an [Install] section: the ones the package could enable (and must not)
 ENABLEABLE = ("verld.service", "verld.socket", "verld-modbus.socket")

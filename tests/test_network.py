@@ -483,3 +483,28 @@ def test_verl_connection_gets_its_seqs_and_bad_frames_are_counted(tmp_path: Path
         assert network(rig.d, "v")["bad_frames"] == 1
     finally:
         rig.stop()
+
+
+def test_a_client_that_half_closes_still_gets_its_answers(line: Rig) -> None:
+    """printf 'PING' | nc: the client shuts its sending side; its answer still comes."""
+    with socket.create_connection(("127.0.0.1", line.ports[0])) as s:
+        s.sendall(b"DELAY 200\nPING\n")
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(5)
+        got = b""
+        while chunk := s.recv(100):
+            got += chunk
+    assert got.endswith(b"PONG\n")
+    assert network(line.d, "raw")["ok"] == 2
+
+
+def test_programs_lists_each_connection(line: Rig) -> None:
+    """The programs op has a row per network connection, keyed by name and address."""
+    with socket.create_connection(("127.0.0.1", line.ports[0])) as s:
+        s.sendall(b"PING\n")
+        recv_until(s, b"\n")
+        rows = line.d.client().request("programs")["programs"]
+        mine = [r for r in rows if r["front"] == "network"]
+        assert len(mine) == 1
+        assert mine[0]["who"] == f"raw 127.0.0.1:{s.getsockname()[1]}"
+        assert (mine[0]["calls"], mine[0]["ok"], mine[0]["waiting"]) == (1, 1, 0)

@@ -313,7 +313,13 @@ def units_with_modbus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not os.access(binary, os.X_OK):
         pytest.skip(f"no {binary} to stand in for ExecStart's /usr/bin/verld")
     d = tmp_path_factory.mktemp("units")
-    for name in ("verld.service", "verld.socket", "verld@.service", *MODBUS_SOCKETS):
+    for name in (
+        "verld.service",
+        "verld.socket",
+        "verld@.service",
+        *MODBUS_SOCKETS,
+        "verld-network@.socket",
+    ):
         text = (UNITS / name).read_text().replace("/usr/bin/verld", str(binary))
         (d / name).write_text(text)
     return d
@@ -328,7 +334,12 @@ def _loopback(listen: str) -> tuple[str, int]:
 class TestModbusSocketUnits:
     def test_units_verify_clean(self, units_with_modbus: Path) -> None:
         """systemd-analyze verify has nothing to say about the sockets and their services."""
-        units = ["verld-modbus.socket", "verld-modbus@bench1.socket", "verld.service"]
+        units = [
+            "verld-modbus.socket",
+            "verld-modbus@bench1.socket",
+            "verld-network@4000.socket",
+            "verld.service",
+        ]
         run = offline(["systemd-analyze", "verify", *units], units_with_modbus)
         assert (run.returncode, run.stdout + run.stderr) == (0, "")
 

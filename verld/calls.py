@@ -202,7 +202,7 @@ class FairQueue:
         self.share = share  #: one owner's calls waiting or in flight (api.client_queue)
         self.exclusive: Hashable | None = None  #: the lease holder, when there is one
         self._owners = _Owners()
-        self._load: dict[Hashable, int] = {}
+        self.loads: dict[Hashable, int] = {}  #: each owner's calls waiting or in flight
         self.waiting = 0
 
     def __len__(self) -> int:
@@ -216,10 +216,10 @@ class FairQueue:
         """Take a unit of the owner's share; the reason it is refused, if it is."""
         if self.waiting >= self.limit:
             return "the call queue is full"
-        load = self._load.get(call.owner, 0)
+        load = self.loads.get(call.owner, 0)
         if load >= self.share:
             return "this client has too many calls waiting or in flight"
-        self._load[call.owner] = load + 1
+        self.loads[call.owner] = load + 1
         call.counted = True
         return None
 
@@ -228,11 +228,11 @@ class FairQueue:
         if not call.counted:
             return
         call.counted = False
-        load = self._load.get(call.owner, 0) - 1
+        load = self.loads.get(call.owner, 0) - 1
         if load > 0:
-            self._load[call.owner] = load
+            self.loads[call.owner] = load
         else:
-            self._load.pop(call.owner, None)
+            self.loads.pop(call.owner, None)
 
     def push(self, call: Call, *, front: bool = False) -> None:
         """Queue a call at the back (or, for a retry, the front) of its owner's FIFO."""

@@ -243,7 +243,7 @@ class Turns(Plain):
 
 
 def _moved(old: FairQueue, new: FairQueue) -> FairQueue:
-    new.exclusive, new._load = old.exclusive, old._load
+    new.exclusive, new.loads = old.exclusive, old.loads
     return new
 
 

@@ -233,7 +233,7 @@ def _network_rows(entries: object) -> Rows:
             f"{safe(e.get('mode'))}  {e.get('connections')} connections{holder}  "
             f"calls {e.get('calls')}  ok {e.get('ok')}  failed {failed}  refused {refused}  "
             f"dropped {e.get('dropped')}  ignored {e.get('ignored')}  "
-            f"bytes in {e.get('bytes_in')} out {e.get('bytes_out')}",
+            f"bad {e.get('bad_frames', 0)}  bytes in {e.get('bytes_in')} out {e.get('bytes_out')}",
         ))  # fmt: skip
     return rows
 

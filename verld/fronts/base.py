@@ -21,6 +21,7 @@ import asyncio
 import random
 import socket
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine, Hashable, Mapping
 from typing import Any
 
@@ -40,6 +41,8 @@ from verld.transport import modem_bits
 __all__ = ["CannotServe", "Core", "Front", "FrontCounts", "Listener"]
 
 _CONNECTING = LinkState.CONNECTING
+#: link changes kept for `programs`
+LINK_CHANGES = 10
 
 
 class Burst:
@@ -78,6 +81,8 @@ class Core:
         #: the fronts serving over this core, in `status` order (the daemon's list)
         self.fronts: list[Front] = []
         self.inhibits = 0  #: inhibitions so far (verld_inhibits_total)
+        #: the last link changes, oldest first (`programs`' `link_changes`)
+        self.link_changes: deque[dict[str, Any]] = deque(maxlen=LINK_CHANGES)
         #: who holds the port (`status.inhibit`: an `inhibit` op or a passthrough
         #: connection), None while nobody does; see `hold`
         self.holder: dict[str, Any] | None = None
@@ -250,8 +255,15 @@ class Core:
             listener.device_event(data, text, generation)
 
     def link_event(self, transition: Transition) -> None:
+        self.link_changes.append({"t": round(time.time(), 3), "state": transition.state.value,
+                                  "reason": transition.reason,
+                                  "generation": transition.generation})  # fmt: skip
         for listener in self.listeners:
             listener.link_event(transition)
+
+    def waiting(self, owner: Hashable) -> int:
+        """`owner`'s calls waiting in the queue or on the link."""
+        return self._session.queue.loads.get(owner, 0)
 
     def set_taps(self, who: object, traffic: TrafficTap | None, wire: WireTap | None) -> None:
         """`who` (a front) wants these taps (None: not that one); the session taps
@@ -325,6 +337,12 @@ class Core:
                 + (" rtscts" if dev.rtscts else "")
             )
         return st
+
+    def programs(self) -> dict[str, Any]:
+        """The `programs` reply (docs/protocol.md): every front's programs, and the last
+        link changes."""
+        rows = [row for front in self.fronts for row in front.programs()]
+        return {"programs": rows, "link_changes": list(self.link_changes)}
 
     def front_calls(self) -> dict[str, dict[str, int]]:
         """Each front's calls by outcome (`verld_front_calls_total{front,outcome}`)."""

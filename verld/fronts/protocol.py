@@ -58,6 +58,11 @@ class Front(Protocol):
         "clients", "lease", ...; always the same keys."""
         ...
 
+    def programs(self) -> list[dict[str, Any]]:
+        """One row per program it serves now (docs/protocol.md, `programs`): `front`,
+        `who`, `calls`, `ok`, `failed`, `waiting`, and what else tells them apart."""
+        ...
+
     async def close(self) -> None:
         """Stop serving and remove what it made, claims included (safe before
         `claim` and `start`, and twice)."""

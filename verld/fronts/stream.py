@@ -365,6 +365,11 @@ class ProgramStream:
             self._out.clear()
             self._sizes.clear()
 
+    @property
+    def waiting(self) -> int:
+        """Its calls not ended: on the device, or waiting here or in the queue."""
+        return self._outstanding + len(self._pending)
+
     # --- figures --------------------------------------------------------------------------------
     def figures(self) -> dict[str, Any]:
         """Its calls, answers, drops and ignored input, for the front's `status`."""

@@ -75,6 +75,7 @@ class ClientConn(asyncio.Protocol):
         self.paused = False
         self._watch = True
         self.dropped = 0
+        self.ok = self.failed = 0  #: its calls that ended answered / failed (`programs`)
         self.closed = False
         self.serial = serial
         self._rest: deque[bytes] = deque()  #: messages of a large read still to handle

@@ -65,8 +65,13 @@ def call(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
         if conn.closed:
             return
         if result.error is None and not text:
+            conn.ok += 1
             conn.write(wire.ok_call_reply(req_id, 0, result.data, result.ms, result.generation))
         else:
+            if result.error is None:
+                conn.ok += 1
+            else:
+                conn.failed += 1
             conn.write(wire.encode(wire.call_reply(req_id, result, text=text)))
 
     core.submit(core.make_call(api.counts, conn, payload, done, timeout, retry, wait, req_id))
@@ -74,6 +79,11 @@ def call(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
 
 def status(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
     conn.send({"id": req.id, "ok": True, **api.core.status()})
+
+
+def programs(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+    """Who is using the device now, through every front, and the last link changes."""
+    conn.send({"id": req.id, "ok": True, **api.core.programs()})
 
 
 def hello(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
@@ -177,6 +187,7 @@ def _table(**ops: tuple[str, Handler]) -> dict[str, Op]:
 OPS = _table(
     hello=("observer", hello),
     status=("observer", status),
+    programs=("observer", programs),
     subscribe=("observer", subscribe),
     unsubscribe=("observer", unsubscribe),
     logs=("observer", logs),

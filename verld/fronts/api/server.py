@@ -220,6 +220,17 @@ class ApiServer:
                 self.request(conn, body)
 
     # --- figures ------------------------------------------------------------------------
+    def programs(self) -> list[dict[str, Any]]:
+        """One row per API client (`programs`)."""
+        rows = []
+        for conn in self.clients:
+            waiting = self.core.waiting(conn)
+            rows.append({"front": "api", "who": f"pid {conn.pid} {conn.name}".rstrip(),
+                         "pid": conn.pid, "uid": conn.uid, "name": conn.name, "role": conn.role,
+                         "calls": conn.ok + conn.failed + waiting, "ok": conn.ok,
+                         "failed": conn.failed, "waiting": waiting})  # fmt: skip
+        return rows
+
     def status(self) -> dict[str, Any]:
         """Its keys in `status`."""
         return {

@@ -101,6 +101,7 @@ class ModbusConn(asyncio.Protocol):
         #: while serving a turn: the answers it completes, written together at its end
         self._out: list[bytes] | None = None
         self.closed = False
+        self.calls = self.ok = self.failed = 0  #: its requests, and how they ended (`programs`)
         self._paused_reading = False
         self._paused_writing = False
         self._quiet_since = 0.0
@@ -182,9 +183,11 @@ class ModbusConn(asyncio.Protocol):
         slot = _Slot()
         self.slots.append(slot)
         front.stats.calls += 1
+        self.calls += 1
         broadcast = front.rtu and request[0] == 0
         if front.read_only and request[1] not in READS:
             front.counts.add("forbidden")
+            self.failed += 1
             # (a broadcast is never answered, not even to say no)
             self._fill(
                 slot, _NOTHING if broadcast else exception_frame(tid, request, ILLEGAL_FUNCTION)
@@ -192,6 +195,10 @@ class ModbusConn(asyncio.Protocol):
             return
 
         def done(result: CallResult) -> None:
+            if result.error is None:
+                self.ok += 1
+            else:
+                self.failed += 1
             if broadcast and result.error is None:
                 self._fill(slot, _NOTHING)  # nobody answers a broadcast: nor do we
             else:

@@ -136,6 +136,12 @@ class ModbusServer:
         for server in self._servers:
             server.close()
 
+    def programs(self) -> list[dict[str, Any]]:
+        """One row per Modbus TCP connection (`programs`)."""
+        return [{"front": "modbus", "who": conn.peer, "calls": conn.calls, "ok": conn.ok,
+                 "failed": conn.failed, "waiting": self.core.waiting(conn)}
+                for conn in self.conns]  # fmt: skip
+
     def status(self) -> dict[str, Any]:
         """`status.modbus` (null while it does not listen)."""
         if not self._servers:

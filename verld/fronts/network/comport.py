@@ -62,7 +62,8 @@ class ComPortServer:
         self.port = port  #: the real port (a pyserial Serial), passthrough on a serial link
         self._purge = purge
         self.lines = {"dtr": True, "rts": True, "break": False}
-        self.not_applied: list[str] = []  #: lines the port could not take (reported once each)
+        self.not_applied: list[str] = []  #: lines the port could not take, to report (once each)
+        self._noted: set[str] = set()
         self.modem_mask = 0xFF
         self.line_mask = 0
         self._modem: int | None = None  #: the last MODEMSTATE sent (None: none yet)
@@ -178,7 +179,8 @@ class ComPortServer:
                 raise OSError("no modem lines")
             setattr(self.port, "break_condition" if line == "break" else line, on)
         except _PORT_ERRORS:
-            if line not in self.not_applied:
+            if line not in self._noted:  # (reported once per connection)
+                self._noted.add(line)
                 self.not_applied.append(line)
         self.lines[line] = on
         return number

@@ -96,12 +96,14 @@ class NetConn(asyncio.Protocol):
         self.last = self.loop.time()  #: when it last sent something (idle_timeout)
         self.reason: str | None = None  #: why verld closed it
         self.dropped = 0  #: telnet's own output dropped (backlog full)
+        self.bytes_in = self.bytes_out = 0  #: from and to the peer, telnet included
         self.subject: str | None = None  #: the TLS client certificate's subject
         self._paused = False
         self._want = False
         self._idle: asyncio.TimerHandle | None = None
         self._commanded = False  #: a COM-PORT command came (the option is in use)
         self._early = bytearray()  #: passthrough: bytes read before the port was handed over
+        self._drain_until = 0.0  #: the peer closed its side: its answers are awaited till then
 
     def __repr__(self) -> str:
         return f"network:{self.entry.label}:{self.peer}"
@@ -149,6 +151,7 @@ class NetConn(asyncio.Protocol):
             return
         self.last = self.loop.time()
         self.entry.bytes_in += len(data)
+        self.bytes_in += len(data)
         telnet = self.telnet
         if telnet is None:
             self._data(data)
@@ -164,6 +167,27 @@ class NetConn(asyncio.Protocol):
                 self._command(event)
             elif isinstance(event, Agreed) and event.option == COM_PORT:
                 self.modem_lines()
+
+    def eof_received(self) -> bool:
+        """The peer sent all it will (`printf 'PING\n' | nc HOST PORT`): the answers to
+        its calls still go out, then the connection closes."""
+        stream = self.stream
+        if stream is None or not stream.waiting:
+            return False  # (closed now)
+        dev = self.entry.cfg.device
+        self._drain_until = self.loop.time() + dev.timeout * (dev.retry + 1) + 1.0
+        self._drain()
+        return True
+
+    def _drain(self) -> None:
+        transport, stream = self.transport, self.stream
+        if transport is None or stream is None:
+            return
+        if stream.waiting and self.loop.time() < self._drain_until:
+            self.loop.call_later(0.05, self._drain)
+            return
+        self.reason = self.reason or "closed by the peer (its calls answered)"
+        transport.close()  # (after what is written)
 
     def _hold_reading(self) -> None:
         if self.transport is not None and self.relay is not None and not self.relay.ready:
@@ -252,6 +276,7 @@ class NetConn(asyncio.Protocol):
             return
         transport.write(data)
         self.entry.bytes_out += len(data)
+        self.bytes_out += len(data)
 
     def forward_command(self, code: int, value: bytes) -> None:
         """A COM-PORT command from an rfc2217:// link's server, passed on as it came."""
@@ -266,6 +291,7 @@ class NetConn(asyncio.Protocol):
         payload = escape(data) if self.telnet is not None else data
         transport.write(payload)
         self.entry.bytes_out += len(payload)
+        self.bytes_out += len(payload)
 
     # --- the stream's Edge --------------------------------------------------------------------
     def write(self, data: bytes | bytearray) -> int:
@@ -312,6 +338,15 @@ class NetConn(asyncio.Protocol):
     def event(self, data: bytes, text: str | None) -> None:
         if self.stream is not None:
             self.stream.event(data, text)
+
+    def row(self) -> dict[str, Any]:
+        """Its `programs` row: calls, or, holding the port, the bytes relayed."""
+        fig = self.figures()
+        waiting = self.stream.waiting if self.stream is not None else 0
+        return {"front": "network", "who": f"{self.entry.label} {self.peer}",
+                "passthrough": self.relay is not None, "calls": fig["calls"], "ok": fig["ok"],
+                "failed": sum(fig["failed"].values()), "waiting": waiting,
+                "bytes_in": self.bytes_in, "bytes_out": self.bytes_out}  # fmt: skip
 
     def figures(self) -> dict[str, Any]:
         """Its calls and drops so far (shared), for the entry's totals."""

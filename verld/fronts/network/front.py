@@ -150,6 +150,10 @@ class NetworkFront:
         for entry in self.entries.values():
             entry.stop_accepting()
 
+    def programs(self) -> list[dict[str, Any]]:
+        """One row per network connection (`programs`)."""
+        return [conn.row() for entry in self.entries.values() for conn in entry.conns]
+
     def status(self) -> dict[str, Any]:
         """`status.network`: one entry per network port, in config order."""
         return {"network": [entry.status() for entry in self.entries.values()]}

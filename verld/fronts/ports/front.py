@@ -134,6 +134,10 @@ class PortsFront:
         open are answered while the calls on the link finish, until `close`."""
 
     # --- figures ------------------------------------------------------------------------
+    def programs(self) -> list[dict[str, Any]]:
+        """One row per port (`programs`)."""
+        return [port.row() for port in self.ports.values()]
+
     def status(self) -> dict[str, Any]:
         """`status.ports`: one entry per port, in config order."""
         return {"ports": [port.status() for port in self.ports.values()]}

@@ -138,6 +138,13 @@ class VirtualPort:
         """A device event (written when the entry has `events: true`)."""
         self.stream.event(data, text)
 
+    def row(self) -> dict[str, Any]:
+        """This port's `programs` row."""
+        st, stream = self.stream.stats, self.stream
+        return {"front": "port", "who": self.link, "open": stream.attached,
+                "calls": st.calls, "ok": st.ok, "failed": sum(st.failed.values()),
+                "waiting": stream.waiting}  # fmt: skip
+
     def status(self) -> dict[str, Any]:
         """This port's `status.ports` entry."""
         return {
