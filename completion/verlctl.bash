@@ -47,6 +47,7 @@ _verlctl_value()
         ping:-c | ping:--count | ping:-i | ping:--interval | ping:--timeout) ;;
         call:--hex | call:--text | call:--timeout | call:--retry) ;;
         logs:-n | logs:--lines | logs:-u | logs:--unit) ;;
+        top:--interval) ;;
         *) return 1 ;;
     esac
     return 0
@@ -88,7 +89,7 @@ _verlctl()
         _verlctl_words
     fi
 
-    local commands='status ping call events monitor logs metrics reconnect reload inhibit'
+    local commands='status ping call events monitor logs metrics top reconnect reload inhibit'
     local common='-h --help -s --socket --config --json'
 
     # the command: the first word that is neither an option nor an option's value
@@ -133,6 +134,7 @@ _verlctl()
         ping) opts+=' -c --count -i --interval --timeout' ;;
         call) opts+=' --hex --text --file --timeout --retry --wait' ;;
         monitor) opts+=' --raw' ;;
+        top) opts+=' --interval' ;;
         logs) opts+=' -n --lines -f --follow --level --journal -u --unit' ;;
         inhibit) opts+=' --' ;;
     esac

@@ -6,7 +6,7 @@
 # Keep in step with verlctl's parser (verld/ctl/cli.py, COMMON and SPEC):
 # tests/test_completion.py checks the commands, their help and their options.
 
-set -l commands status ping call events monitor logs metrics reconnect reload inhibit
+set -l commands status ping call events monitor logs metrics top reconnect reload inhibit
 
 # sockets (and directories, to get to them), then verld's default socket and the
 # instances' /run/verld/INSTANCE/verld.sock that exist
@@ -61,6 +61,7 @@ complete -c verlctl -n "not __fish_seen_subcommand_from $commands" -a events -d 
 complete -c verlctl -n "not __fish_seen_subcommand_from $commands" -a monitor -d 'live traffic, decoded per frame'
 complete -c verlctl -n "not __fish_seen_subcommand_from $commands" -a logs -d 'recent daemon log records'
 complete -c verlctl -n "not __fish_seen_subcommand_from $commands" -a metrics -d 'Prometheus text exposition'
+complete -c verlctl -n "not __fish_seen_subcommand_from $commands" -a top -d 'live view of the link, its rates and every program using the device (q quits)'
 complete -c verlctl -n "not __fish_seen_subcommand_from $commands" -a reconnect -d 'drop and reopen the device link (admin)'
 complete -c verlctl -n "not __fish_seen_subcommand_from $commands" -a reload -d "re-read the daemon's config (admin)"
 complete -c verlctl -n "not __fish_seen_subcommand_from $commands" -a inhibit -d 'let go of the device port for another program, e.g. a flasher (admin)'
@@ -77,6 +78,8 @@ complete -c verlctl -n '__fish_seen_subcommand_from call' -l retry -x -d 'extra 
 complete -c verlctl -n '__fish_seen_subcommand_from call' -l wait -d 'wait for the link if it is down'
 
 complete -c verlctl -n '__fish_seen_subcommand_from monitor' -l raw -d 'raw bytes as read/written, garbage too'
+
+complete -c verlctl -n '__fish_seen_subcommand_from top' -l interval -x -d 'seconds between looks (default 1)'
 
 complete -c verlctl -n '__fish_seen_subcommand_from logs' -s n -l lines -x -d 'how many records'
 complete -c verlctl -n '__fish_seen_subcommand_from logs' -s f -l follow -d 'keep printing new records'

@@ -117,6 +117,18 @@ SPEC: dict[str, Cmd] = {
         ),
     ),
     "metrics": Cmd("Prometheus text exposition"),
+    "top": Cmd(
+        "live view of the link, its rates and every program using the device (q quits)",
+        options=(
+            opt(
+                "--interval",
+                type=float,
+                default=1.0,
+                metavar="S",
+                help="seconds between looks (default 1)",
+            ),
+        ),
+    ),
     "reconnect": Cmd("drop and reopen the device link (admin)"),
     "reload": Cmd("re-read the daemon's config (admin)"),
     "inhibit": Cmd(

@@ -30,6 +30,7 @@ from verld.ctl.render import (
     reply_obj,
     safe,
 )
+from verld.ctl.top import cmd_top
 
 Command = Callable[[Client, argparse.Namespace], int]
 Record = dict[str, Any]
@@ -193,6 +194,7 @@ COMMANDS: dict[str, Command] = {
     "monitor": cmd_monitor,
     "logs": cmd_logs,
     "metrics": cmd_metrics,
+    "top": cmd_top,
     "reconnect": cmd_simple("reconnect"),
     "reload": cmd_simple("reload"),
     "inhibit": cmd_inhibit,
