@@ -189,8 +189,8 @@ def test_a_resize_redraws(rig: Rig) -> None:
     rig.top()
     rig.tmux.wait("q quit")
     rig.tmux.resize(100, 30)
-    wait_for(lambda: rig.tmux.screen().splitlines()[29:30] == ["q quit  p pause  s sort"]
-             if len(rig.tmux.screen().splitlines()) >= 30 else False, 10)  # fmt: skip
+    wait_for(lambda: rig.tmux.screen().splitlines()[29:30] == ["q quit  p pause  s sort"], 10,
+             lambda: f"the keys on line 30 of:\n{rig.tmux.screen()}")  # fmt: skip
 
 
 def test_verld_going_away_is_shown_and_retried(rig: Rig) -> None:

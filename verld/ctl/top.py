@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import curses
 import json
+import os
 import shutil
 import sys
 import time
@@ -86,7 +87,12 @@ class _Screen:
             self.trouble = curses.color_pair(1) | curses.A_BOLD
         scr.timeout(100)
         due = 0.0
+        size = _size()
         while True:
+            if _size() != size:  # (a resize whose KEY_RESIZE did not come: redrawn all the same)
+                size = _size()
+                curses.resizeterm(*size)
+                self._draw(scr)
             now = time.monotonic()
             if now >= due and not self.paused:
                 self._look()
@@ -102,6 +108,7 @@ class _Screen:
                 self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
                 self._draw(scr)
             elif key == curses.KEY_RESIZE:
+                size = _size()
                 curses.update_lines_cols()
                 self._draw(scr)
 
@@ -134,3 +141,12 @@ class _Screen:
         for y, (text, bad) in enumerate(lines[:height]):
             scr.addnstr(y, 0, text, max(0, width - 1), self.trouble if bad else curses.A_NORMAL)
         scr.refresh()
+
+
+def _size() -> tuple[int, int]:
+    """The terminal's (lines, columns) as the kernel has them now."""
+    try:
+        cols, lines = os.get_terminal_size(sys.__stdout__.fileno() if sys.__stdout__ else 1)
+    except OSError:
+        return curses.LINES, curses.COLS
+    return lines, cols
