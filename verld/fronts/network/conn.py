@@ -15,7 +15,7 @@ counts toward `api.max_backlog` too and is dropped beyond it.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
@@ -24,58 +24,14 @@ from verld.fronts.network.comport import ComPortServer
 from verld.fronts.stream import GONE, ProgramStream
 
 if TYPE_CHECKING:
-    from verld.config import Config, NetworkConfig
-    from verld.fronts.base import Core
-    from verld.fronts.stream import Share
+    from verld.fronts.network.shapes import Entry, Relay
 
 log = structlog.get_logger("verld.network")
 
+#: bytes of one shared connection handled in one turn of the event loop
+TURN = 16384
 #: the network front's calls in `verld_front_calls_total{front}` and its log events' prefix
 KIND = "network"
-
-
-class Entry(Protocol):
-    """What a connection needs of its entry (`entry.Entry`)."""
-
-    core: Core
-    cfg: Config
-    conf: NetworkConfig
-    label: str
-    share: Share
-    loop: asyncio.AbstractEventLoop
-    bytes_in: int
-    bytes_out: int
-
-    def admit(self, conn: NetConn) -> bool: ...
-
-    def detach(self, conn: NetConn, reason: str) -> None: ...
-
-    def relay(self, conn: NetConn) -> Relay: ...
-
-
-class Relay(Protocol):
-    """A passthrough's hold on the real port (`relay.Relay`)."""
-
-    ready: bool
-
-    def start(self) -> None: ...
-
-    def to_port(self, data: bytes) -> None: ...
-
-    def pause_port(self) -> None: ...
-
-    def resume_port(self) -> None: ...
-
-    def purge(self, received: bool, sent: bool) -> None: ...
-
-    def modem_bits(self) -> int | None: ...
-
-    def forward(self, code: int, value: bytes) -> bool: ...
-
-    @property
-    def forwards(self) -> bool: ...
-
-    def end(self, reason: str) -> None: ...
 
 
 class NetConn(asyncio.Protocol):
@@ -104,6 +60,9 @@ class NetConn(asyncio.Protocol):
         self._commanded = False  #: a COM-PORT command came (the option is in use)
         self._early = bytearray()  #: passthrough: bytes read before the port was handed over
         self._drain_until = 0.0  #: the peer closed its side: its answers are awaited till then
+        self._turn = 0  #: bytes handled this turn of the loop (shared)
+        self._yielding = False  #: reading paused until the next turn
+        self._held = bytearray()  #: bytes read this turn beyond TURN
 
     def __repr__(self) -> str:
         return f"network:{self.entry.label}:{self.peer}"
@@ -149,6 +108,48 @@ class NetConn(asyncio.Protocol):
             self._early += data
             self._hold_reading()
             return
+        if relay is None:  # shared: at most TURN bytes a turn of the loop (see `_bounded`)
+            self._bounded(data)
+        else:
+            self._handle(data)
+
+    def _bounded(self, data: bytes) -> None:
+        """A flood on one connection must not hold the loop (uvloop reads a busy socket
+        up to 32 times in one go): TURN bytes are handled a turn, reading pauses and the
+        rest waits in `_held` (and in TCP) for the next turns."""
+        if self._yielding or self._held:
+            self._held += data
+            return
+        head = data[: TURN - self._turn]
+        if len(head) < len(data):
+            self._held += data[len(head) :]
+        self._turn += len(head)
+        self._handle(head)
+        if self._held or self._turn >= TURN:
+            self._yield()
+
+    def _yield(self) -> None:
+        if self.transport is not None:
+            self._yielding = True
+            self.transport.pause_reading()
+            self.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._yielding, self._turn = False, 0
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self._held:
+            chunk = bytes(self._held[:TURN])
+            del self._held[:TURN]
+            self._turn = len(chunk)
+            self._handle(chunk)
+            if self._held or self._turn >= TURN:
+                self._yield()
+                return
+        transport.resume_reading()
+
+    def _handle(self, data: bytes) -> None:
         self.last = self.loop.time()
         self.entry.bytes_in += len(data)
         self.bytes_in += len(data)
@@ -172,7 +173,7 @@ class NetConn(asyncio.Protocol):
         """The peer sent all it will (`printf 'PING\n' | nc HOST PORT`): the answers to
         its calls still go out, then the connection closes."""
         stream = self.stream
-        if stream is None or not stream.waiting:
+        if stream is None or not (stream.waiting or self._held):
             return False  # (closed now)
         dev = self.entry.cfg.device
         self._drain_until = self.loop.time() + dev.timeout * (dev.retry + 1) + 1.0
@@ -183,7 +184,7 @@ class NetConn(asyncio.Protocol):
         transport, stream = self.transport, self.stream
         if transport is None or stream is None:
             return
-        if stream.waiting and self.loop.time() < self._drain_until:
+        if (stream.waiting or self._held) and self.loop.time() < self._drain_until:
             self.loop.call_later(0.05, self._drain)
             return
         self.reason = self.reason or "closed by the peer (its calls answered)"
@@ -197,7 +198,7 @@ class NetConn(asyncio.Protocol):
         """The relay holds the port: what came meanwhile goes to it, then the rest."""
         early, self._early = bytes(self._early), bytearray()
         if early:
-            self.data_received(early)
+            self._handle(early)
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
