@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import compileall
+import contextlib
 import functools
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,35 @@ def nobody_python() -> list[str]:
     if isinstance(found, str):
         pytest.skip(found)
     return found
+
+
+def rss_kib(pid: int) -> int:
+    """A process's resident memory in KiB (/proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def settled_fd_count(d: DaemonProc) -> int:
+    """The daemon's fd count once it stops changing (closed clients reaped)."""
+    last = -1
+    for _ in range(50):
+        now = d.fd_count()
+        if now == last:
+            return now
+        last = now
+        time.sleep(0.05)
+    return last
+
+
+def children() -> set[int]:
+    """Live child processes of this one (Linux /proc)."""
+    me, out = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                    out.add(int(entry))
+    return out

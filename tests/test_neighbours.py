@@ -29,6 +29,7 @@ import neighbours as nb
 import pytest
 from mqttrig import BridgeProc, Mqtt
 from neighbours import Case, RigPool
+from support import children
 
 from verld.calls import Call, FairQueue
 from verld.codec.modbus import mbap_frame
@@ -64,27 +65,15 @@ SUITE = [
 ]
 
 
-def _children() -> set[int]:
-    """Live child processes of this one (Linux /proc)."""
-    me, out = os.getpid(), set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-                    out.add(int(entry))
-    return out
-
-
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RigPool]:
     """Rigs on demand, one variant at a time; at the end nothing of theirs is left."""
-    fds, children = len(os.listdir("/proc/self/fd")), _children()
+    fds, before = len(os.listdir("/proc/self/fd")), children()
     rigs = RigPool(tmp_path_factory.mktemp("nb"))
     yield rigs
     rigs.stop()
     gc.collect()  # (a closed paho client keeps its wake-up socketpair until collected)
-    assert _children() <= children, "a process of the rigs is still running"
+    assert children() <= before, "a process of the rigs is still running"
     assert len(os.listdir("/proc/self/fd")) <= fds, "file descriptors left open"
 
 

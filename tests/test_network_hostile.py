@@ -31,11 +31,12 @@ import serial
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from netrig import Maker, NetRig, Program, keepalive_timers, throwaway_cert, wait_entry
+from support import rss_kib, settled_fd_count
 
 from verld.client import Client, ClientError
 from verld.codec.telnet import DO, DONT, IAC, SB, SE, WILL, WONT, escape
 from verld.codec.verl import FrameDecoder, VerlFrame, encode_frame
-from verld.testing import DaemonProc, wait_for
+from verld.testing import wait_for
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -58,25 +59,6 @@ def request(seq: int, data: bytes) -> bytes:
     return encode_frame(0x11, seq, data)
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
-def settled_fds(d: DaemonProc) -> int:
-    """The daemon's fd count once it stops changing."""
-    last = -1
-    for _ in range(50):
-        now = d.fd_count()
-        if now == last:
-            return now
-        last = now
-        time.sleep(0.05)
-    return last
-
-
 class Hostile(NetRig):
     """The one daemon of the battery, with its fd and RSS baselines."""
 
@@ -95,7 +77,7 @@ class Hostile(NetRig):
                     prog.send(request(i + 1, b"\x01warm"))
                     answer = prog.next_answer(5)
                     assert answer is not None and answer.data == b"warm", answer
-            self.fds = settled_fds(self.daemon)
+            self.fds = settled_fd_count(self.daemon)
             self.rss = rss_kib(self.daemon.pid)
         except BaseException:
             self.stop()

@@ -46,6 +46,7 @@ from typing import Any
 import pytest
 from neighbours import HEARTBEAT, VARIANTS, port_request
 from netrig import Expect, Maker, NetRig, Program, wait_entry
+from support import children
 
 from verld.client import Client, ClientError
 from verld.testing import wait_for
@@ -112,9 +113,9 @@ class Rig(NetRig):
 @pytest.fixture(scope="module")
 def _nothing_left() -> Iterator[None]:
     """After the module's rigs: no child process and no file descriptor of theirs left."""
-    fds, children = len(os.listdir("/proc/self/fd")), _children()
+    fds, before = len(os.listdir("/proc/self/fd")), children()
     yield
-    assert _children() <= children, "a process of the rigs is still running"
+    assert children() <= before, "a process of the rigs is still running"
     assert len(os.listdir("/proc/self/fd")) <= fds, "file descriptors left open"
 
 
@@ -127,17 +128,6 @@ def rig(
     r = Rig(tmp_path_factory.mktemp(codec.replace("-", "")), codec)
     yield r
     r.stop()
-
-
-def _children() -> set[int]:
-    me, out = os.getpid(), set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-                    out.add(int(entry))
-    return out
 
 
 @contextlib.contextmanager

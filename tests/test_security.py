@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import DaemonProc, SimProc, wait_for, write_config
+from support import DaemonProc, SimProc, rss_kib, settled_fd_count, wait_for, write_config
 
 from verld.client import Client, ClientError
 from verld.config import RoleList, RolesConfig
@@ -106,25 +106,6 @@ class Raw:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
-def settled_fd_count(d: DaemonProc) -> int:
-    """The daemon's fd count once it stops changing (closed clients reaped)."""
-    last = -1
-    for _ in range(50):
-        now = d.fd_count()
-        if now == last:
-            return now
-        last = now
-        time.sleep(0.05)
-    return last
 
 
 # --- non-root peers ------------------------------------------------------------------
