@@ -75,6 +75,13 @@ class Tmux:
         subprocess.run([*self.tmux, "resize-window", "-t", "top", "-x", str(width), "-y",
                         str(height)], check=True)  # fmt: skip
 
+    def size(self) -> tuple[int, int]:
+        out = subprocess.run([*self.tmux, "display-message", "-p", "-t", "top",
+                              "#{pane_width} #{pane_height}"],
+                             check=True, capture_output=True, text=True)  # fmt: skip
+        width, height = out.stdout.split()
+        return int(width), int(height)
+
     def stop(self) -> None:
         subprocess.run([*self.tmux, "kill-server"], check=False, capture_output=True)
 
@@ -189,8 +196,16 @@ def test_a_resize_redraws(rig: Rig) -> None:
     rig.top()
     rig.tmux.wait("q quit")
     rig.tmux.resize(100, 30)
-    wait_for(lambda: rig.tmux.screen().splitlines()[29:30] == ["q quit  p pause  s sort"], 10,
-             lambda: f"the keys on line 30 of:\n{rig.tmux.screen()}")  # fmt: skip
+
+    def redrawn() -> bool:
+        if rig.tmux.size() != (100, 30):
+            rig.tmux.resize(100, 30)  # (again: tmux may not have taken it yet)
+            return False
+        return rig.tmux.screen().splitlines()[29:30] == ["q quit  p pause  s sort"]
+
+    wait_for(
+        redrawn, 20, lambda: f"{rig.tmux.size()}, the keys on line 30 of:\n{rig.tmux.screen()}"
+    )
 
 
 def test_verld_going_away_is_shown_and_retried(rig: Rig) -> None:
