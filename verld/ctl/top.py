@@ -128,6 +128,9 @@ class _Screen:
         self.prev, self.cur = self.cur, sample
 
     def _draw(self, scr: Any) -> None:
+        size = _size()
+        if size != scr.getmaxyx():  # (the terminal was resized and curses has not caught up)
+            curses.resizeterm(*size)
         scr.erase()
         height, width = scr.getmaxyx()
         note = self.note or ("PAUSED" if self.paused else "")

@@ -241,9 +241,8 @@ class ProgramStream:
         share = self.share
         if share is not None:  # beyond the share: busy, unanswered
             room = share.room()
-            for _ in requests[room:]:
-                self.counts.add(ErrorCode.BUSY)
-                self._failed(ErrorCode.BUSY, "more than api.client_queue calls on this entry")
+            if len(requests) > room:
+                self._refuse(len(requests) - room, "more than api.client_queue calls on this entry")
             requests = requests[:room]
             share.used += len(requests)
             if not requests:
@@ -251,11 +250,10 @@ class ProgramStream:
         if not self.pipelined:  # one at a time: the rest wait here, bounded
             room = max(0, self.client_queue - len(self._pending))
             self._pending.extend(requests[:room])
-            for _ in requests[room:]:
-                self.counts.add(ErrorCode.BUSY)
-                self._failed(ErrorCode.BUSY, "more than api.client_queue requests waiting")
-            if share is not None and len(requests) > room:
-                share.used -= len(requests) - room
+            if len(requests) > room:
+                self._refuse(len(requests) - room, "more than api.client_queue requests waiting")
+                if share is not None:
+                    share.used -= len(requests) - room
             self._pump()
         elif len(requests) == 1:  # the lock-step case: straight out
             self._submit(requests[0])
@@ -300,6 +298,14 @@ class ProgramStream:
                 self._submit(self._pending.popleft())
         finally:
             self._pumping = False
+
+    def _refuse(self, n: int, message: str) -> None:
+        """`n` requests refused here (a flood: counted at once, logged once)."""
+        outcomes, failed = self.counts.outcomes, self.stats.failed
+        outcomes[ErrorCode.BUSY] = outcomes.get(ErrorCode.BUSY, 0) + n
+        failed[ErrorCode.BUSY] = failed.get(ErrorCode.BUSY, 0) + n
+        log.debug(f"{self.kind}_call_failed", **self.where, error=ErrorCode.BUSY,
+                  message=message, calls=n)  # fmt: skip
 
     def _failed(self, code: str, message: str) -> None:
         failed = self.stats.failed
