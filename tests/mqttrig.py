@@ -350,3 +350,36 @@ class Fleet:
 
 def topic(device: str, leaf: str) -> str:
     return f"{BASE}/{device}/{leaf}"
+
+
+class Pair:
+    """One verld-sim of any codec (`sim_args` as verld-sim takes them) and one verld on its
+    pty, in `tmp/name/`; `overrides` go to the verld config (`write_config`)."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        name: str,
+        *sim_args: str,
+        codec: str = "verl",
+        overrides: dict[str, Any] | None = None,
+    ) -> None:
+        d = tmp / name
+        d.mkdir()
+        self.sim = SimProc(d, *sim_args, codec=codec)
+        try:
+            device = {"codec": codec, **(overrides or {}).get("device", {})}
+            cfg = {"heartbeat": {"interval": 0}, **(overrides or {}), "device": device}
+            self.daemon = DaemonProc(write_config(d, self.sim.link, cfg))
+        except BaseException:
+            self.sim.stop()
+            raise
+
+    @property
+    def socket(self) -> str:
+        return self.daemon.socket
+
+    def stop(self) -> None:
+        if self.daemon.proc.poll() is None:
+            self.daemon.stop()
+        self.sim.stop()

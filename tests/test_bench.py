@@ -4,10 +4,11 @@
 Checked: every call answered and right (and counted by verld), every family's paths,
 figures and targets present, the checker's load in 2 processes, the port programs, the
 Modbus offline unit, the network port's 8 connections and ser2net beside it, verld's
-rfc2217:// and tcp:// links through ser2net, the fleet's per-device counts. The fleet
-family needs mosquitto and the network and links families' ser2net paths need ser2net
-(as tests/mqttrig.py: without one its checks skip, and fail under CI=true, where
-.ci/run installs both).
+rfc2217:// and tcp:// links through ser2net, the fleet's per-device counts and its
+entities phase (a bridge polling 10 entities per device). The fleet family needs
+mosquitto and the network and links families' ser2net paths need ser2net (as
+tests/mqttrig.py: without one its checks skip, and fail under CI=true, where .ci/run
+installs both).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ NUMBERS = {
     "fleet": {
         "direct": ("lock_p50_us", "lock_rate", "fleet_rate", "fleet_p50_us", "verld_us_fleet"),
         "mqtt": ("lock_p50_us", "fleet_rate", "server_us_lock", "server_us_fleet",
-                 "broker_us_fleet"),
+                 "broker_us_fleet", "ent_cpu_pct", "ent_cpu_us", "ent_rss_mib"),
         "echo": ("lock_p50_us", "fleet_rate", "server_us_fleet", "broker_pct_fleet"),
     },
 }  # fmt: skip
@@ -272,6 +273,18 @@ def test_fleet_calls_reach_every_device_once(smoke: dict[str, Any]) -> None:
     (rss,) = fleet["phases"]["rss"]
     assert len(rss["mqtt"]["load"]["per_device"]) == fleet["info"]["rss_devices"]
     assert fleet["info"]["memory"]["after_calls_mib"] > 0
+
+
+@pytest.mark.skipif(not HAVE_MOSQUITTO, reason="mosquitto is not installed")
+def test_fleet_entities_poll_every_entity_of_every_device(smoke: dict[str, Any]) -> None:
+    """The entities phase: each entity's values came in the window, with the bridge's CPU."""
+    fleet = _families(smoke)["fleet"]
+    (rnd,) = fleet["phases"]["entities"]
+    polls = rnd["mqtt"]["polls"]
+    assert polls["devices"] == fleet["info"]["rss_devices"] and polls["per_device"] == 10
+    assert polls["fewest"] >= 1 and polls["values"] >= 0.5 * polls["expected"]
+    assert polls["cpu_percent"] > 0 and polls["rss_mib"] > 0
+    assert "entities (1 devices × 10 every 0.2 s)" in smoke["stdout"]
 
 
 @pytest.mark.timeout(30)

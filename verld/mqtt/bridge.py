@@ -18,9 +18,16 @@ reconnect in step); the devices never notice. Calls keep running across a broker
 reconnect: a reply is published if the broker is connected when it is ready, and
 dropped (counted) if not.
 
+With `entities:` (device values, `verld.mqtt.entities`) the bridge also subscribes to
+the set topics (`<base>/+/value/+/set`, QoS 0) and, with discovery, to the retained
+configs (`homeassistant/+/+/+/config`, none of its own publishes back on MQTT 5), so
+that it empties the config of an entity no longer configured (`hass.Forgetting`); a
+broker that refuses either subscription leaves that part off with a warning.
+
 Every task has an owner that awaits it (`tasks.Tasks`, a TaskGroup that can be
 ended): `Bridge.tasks`, for the whole run, holds each device's loop, the drop
-reporter and the calls (which outlive a broker connection). The broker connection
+reporter, the entities' scheduler and polls, and the calls (which outlive a broker
+connection). The broker connection
 itself needs no task: its socket is served by the loop's reader callback. `run`
 returns with none left.
 
@@ -43,10 +50,19 @@ from verld.mqtt.calls import Intake
 from verld.mqtt.config import BridgeConfig, Secrets, short_host
 from verld.mqtt.device import Backoff, Device
 from verld.mqtt.dispatch import Dispatcher
+from verld.mqtt.entities import Entities
+from verld.mqtt.hass import CONFIGS, Forgetting, config_topic, entity_config
 from verld.mqtt.mqttconn import MqttConnection, MqttError
 from verld.mqtt.outbox import Outbox, Outgoing
 from verld.mqtt.tasks import Tasks
-from verld.mqtt.topics import HA_PREFIX, HA_STATUS, Topics, bridge_state, discovery
+from verld.mqtt.topics import (
+    HA_PREFIX,
+    HA_STATUS,
+    Topics,
+    bridge_state,
+    device_block,
+    discovery,
+)
 
 log = structlog.get_logger("verld.mqtt.bridge")
 T = TypeVar("T")
@@ -82,6 +98,10 @@ class Bridge:
         self.intake = Intake(self.topics, self.devices.keys(), calls=cfg.calls)
         self.tasks = Tasks()  #: the bridge's owner, entered by `run` (module docstring)
         self.dispatch = Dispatcher(self.intake, self.devices, self.outbox, self.tasks)
+        self.entities = Entities(cfg.entities, self.devices, self.topics, self.outbox,
+                                 self.tasks)  # fmt: skip
+        configs = [config_topic(self.host, e) for e in cfg.entities]
+        self.forgetting = Forgetting(self.host, self.devices, configs)
         self.stopping = asyncio.Event()
         self.connected = False
         self._conn: MqttConnection | None = None  #: while connected
@@ -101,6 +121,10 @@ class Bridge:
             for device in self.devices.values():
                 self.tasks.start(device.run(), name=f"device {device.name}")
             self.tasks.start(self._report_drops(), name="drops")
+            if self.entities:
+                self.tasks.start(self.entities.run(), name="entities")
+                self.tasks.start(self.entities.report_every(self.cfg.status_interval),
+                                 name="entities report")  # fmt: skip
             self.status_line()
             await self._broker_loop()
             self.tasks.cancel()  # (devices and reporter run until cancelled; so may a call)
@@ -108,7 +132,8 @@ class Bridge:
         log.info("stopped", requests=c.requests, replies=c.replies, bad_requests=c.bad_requests,
                  refused=c.refused, expired=c.expired, duplicates=c.duplicates,
                  events_dropped=self.outbox.events_dropped,
-                 replies_dropped=self.outbox.replies_dropped)  # fmt: skip
+                 replies_dropped=self.outbox.replies_dropped,
+                 values_dropped=self.outbox.values_dropped)  # fmt: skip
 
     def status_line(self) -> None:
         broker = f"{self.cfg.broker.host}:{self.cfg.broker.port}"
@@ -119,12 +144,24 @@ class Bridge:
     def _device_changed(self, device: Device) -> None:
         if self.cfg.homeassistant:
             self._discovery(device)
+        if self.entities:
+            if device.reachable and device.state.state == "up":
+                self.entities.catch_up(device.name)
+            if not self.cfg.status_interval:
+                self.entities.publish_report()
         self.status_line()
 
     def _discovery(self, device: Device) -> None:
-        configs = discovery(self.topics, self.host, device.name, device.state.codec, device.daemon)
+        """The device's link/calls/errors configs and its entities' (same device block)."""
+        codec, daemon = device.state.codec, device.daemon
+        configs = discovery(self.topics, self.host, device.name, codec, daemon)
         for topic, payload in configs.items():
             self.outbox.retain(topic, payload)
+        block = device_block(self.host, device.name, codec, daemon)
+        for live in self.entities.all:
+            if live.entity.device == device.name:
+                payload = entity_config(self.topics, self.host, live.entity, block)
+                self.outbox.retain(config_topic(self.host, live.entity), payload)
 
     async def _report_drops(self) -> None:
         """Events dropped while the broker was slow or away: one warning per period."""
@@ -202,8 +239,10 @@ class Bridge:
             await conn.subscribe(self.topics.call_filter, qos)
             if self.cfg.homeassistant:
                 await conn.subscribe(HA_STATUS, qos)
+            await self._subscribe_entities(conn)
             self.connected, self._conn = True, conn
             self._pump()
+            self.entities.catch_up()
             b = self.cfg.broker
             log.info("mqtt_connected", host=b.host, port=b.port, protocol=b.protocol,
                      client_id=self.cfg.client_id, base=self.topics.base)  # fmt: skip
@@ -224,6 +263,23 @@ class Bridge:
             for item in self._flying.values():
                 self.outbox.lost(item)
             self._flying.clear()
+
+    async def _subscribe_entities(self, conn: MqttConnection) -> None:
+        """The set topics (QoS 0: a command runs at most once; retain as published: a
+        retained one is seen as such) and, with discovery, the retained configs (not
+        our own publishes back). A broker that refuses either leaves that part off."""
+        wanted = []
+        if self.entities:
+            wanted.append((self.topics.set_filter, 0, "commands on set topics are not run"))
+        if self.cfg.homeassistant:
+            wanted.append((CONFIGS, self.cfg.qos, "removed entities' configs are not emptied"))
+        for topic, qos, then in wanted:
+            try:
+                await conn.subscribe(topic, qos, as_sent=True)
+            except MqttError as exc:
+                if conn.lost.done():
+                    raise  # (the connection is gone; a refusal leaves it up)
+                log.warning("mqtt_subscribe_refused", topic=topic, reason=str(exc), then=then)
 
     def _lost(self, reason: str, retry_in: float, *, first: bool) -> None:
         """Logged as a warning once per outage, then at INFO for each failed retry."""
@@ -289,6 +345,16 @@ class Bridge:
         if topic == HA_STATUS:
             if payload.strip() == b"online":
                 self.outbox.resend(f"{HA_PREFIX}/")
+            return
+        if topic.startswith(f"{HA_PREFIX}/"):
+            if self.forgetting.stale(topic, payload):
+                log.info("ha_config_removed", topic=topic, reason="no such entity any more")
+                self.outbox.clear(topic)
+            return
+        entity = self.topics.entity_of_set(topic)
+        if entity is not None:
+            if self._taking:
+                self.entities.command(*entity, payload, retained=bool(message.retain))
             return
         device = self.topics.device_of_call(topic)
         if device is None or not self._taking:

@@ -26,6 +26,7 @@ from verld.config.load import parse_with, read_text
 from verld.config.model import LOG_FORMATS, LOG_LEVELS, LogConfig
 from verld.config.suggest import unknown_section
 from verld.config.validate import BadValue, Context, Item, MarkedMap, Section, build, given
+from verld.mqtt.entityconfig import Entity, check_devices, entities
 
 #: the accepted values of `broker.protocol`, as stored
 PROTOCOLS = ("5", "3.1.1")
@@ -63,6 +64,7 @@ class BridgeConfig:
     calls: bool = True
     status_interval: float = 30.0  #: 0: status on link changes only
     homeassistant: bool = False
+    entities: tuple[Entity, ...] = ()  #: device values polled and published (entityconfig)
     log: LogConfig = field(default_factory=LogConfig)
     source: str | None = None
 
@@ -200,6 +202,7 @@ _TOP: dict[str, Any] = {
     "calls": leaves.boolean,
     "status_interval": leaves.seconds(zero_ok=True),
     "homeassistant": leaves.boolean,
+    "entities": entities,
     "log": _LOG,
 }
 _SECTIONS = {key: (value.keys if isinstance(value, Section) else ()) for key, value in _TOP.items()}
@@ -213,7 +216,9 @@ def _root(item: Item) -> BridgeConfig:
                        f"got {given(item)}")  # fmt: skip
         return BridgeConfig()
     kwargs: dict[str, Any] = {}
+    listed: Item | None = None  #: `entities:` as written
     for key, child in item.children():
+        listed = child if key == "entities" else listed
         check = _TOP.get(key) if isinstance(key, str) else None
         if check is None:
             item.ctx.error(child, unknown_section(key, _SECTIONS))
@@ -224,6 +229,8 @@ def _root(item: Item) -> BridgeConfig:
             item.ctx.error(child, str(exc))
     config = BridgeConfig(**kwargs)
     _cross_check(config.broker, item.ctx)
+    if listed is not None:
+        check_devices(listed, config.devices)
     return config
 
 

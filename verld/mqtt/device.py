@@ -259,8 +259,8 @@ class Device:
         log.info("verld_connected", device=self.name, socket=self.socket_path,
                  daemon=self.daemon, link=_link_state(status))  # fmt: skip
         self._status(status)
+        self._conn = conn  # (reachable before the change is told: entities poll at once)
         self._set(self.state.from_status(status), force=True)
-        self._conn = conn
         poller = asyncio.create_task(self._poll(conn))
         try:
             await asyncio.wait((conn.lost, poller), return_when=asyncio.FIRST_COMPLETED)

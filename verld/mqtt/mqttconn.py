@@ -38,6 +38,7 @@ from typing import Any
 from paho.mqtt import client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 __all__ = ["MqttConnection", "MqttError", "Will"]
 
@@ -228,8 +229,10 @@ class MqttConnection:
         fut = self._acks[mid] = self._loop.create_future()
         await self._until(fut)
 
-    async def subscribe(self, topic: str, qos: int) -> None:
-        rc, mid = self._c.subscribe(topic, qos)
+    async def subscribe(self, topic: str, qos: int, *, as_sent: bool = False) -> None:
+        """MQTT 5 `as_sent`: none of our own publishes back, the retain flag as published."""
+        options = SubscribeOptions(qos, as_sent, as_sent) if self.mqtt5 and as_sent else None
+        rc, mid = self._c.subscribe(topic, qos if options is None else 0, options)
         if rc or mid is None:
             raise MqttError(paho.error_string(rc))
         fut = self._subacks[mid] = self._loop.create_future()

@@ -1,19 +1,25 @@
 """What waits to be published, bounded whatever the broker does; sans-I/O.
 
-Strategy: three kinds of message, three rules.
+Strategy: four kinds of message, four rules.
 
 - Retained topics (bridge-wide: device state, status, discovery configs) are kept as
   a latest-value map: a topic changed ten times while the broker was away is sent
   once, with its last value. After each (re)connect every retained topic is marked
   to be sent again, because the broker may have lost them (or be a new one).
+- Values (an entity's polled value, not retained) are kept as a latest-value map too:
+  at most one waits per entity, so a slow broker gets the newest value once, never a
+  backlog. A value is current only while it is fresh: one made while the broker is
+  away is dropped (counted), and so is one still waiting when the connection goes.
+- A retained topic can also be cleared once (an empty retained message: a removed
+  Home Assistant entity's config); a clear is not kept for the next connect.
 - Events go through a bounded FIFO; when it is full the oldest is dropped and
   counted, so memory stays bounded and what is sent after an outage is the newest.
 - Replies are only taken while connected: a reply owed to a requester whose broker
   connection is gone has no one to go to, so it is dropped (and counted), never
   queued for later.
 
-`pop` hands out replies first (someone is waiting), then retained topics, then
-events. `wakeup` is called whenever something became ready, for the I/O edge's
+`pop` hands out replies first (someone is waiting), then retained topics and clears,
+then values, then events. `wakeup` is called whenever something became ready, for the I/O edge's
 event; nothing here knows about asyncio.
 """
 
@@ -34,7 +40,7 @@ class Outgoing:
     payload: bytes
     retain: bool = False
     correlation: bytes | None = None
-    kind: str = "event"  #: "reply", "retained" or "event"
+    kind: str = "event"  #: "reply", "retained", "clear", "value" or "event"
 
 
 class Outbox:
@@ -48,8 +54,11 @@ class Outbox:
         self._events: deque[Outgoing] = deque()
         self._events_max = events_max
         self._replies: deque[Outgoing] = deque()
+        self._values: dict[str, bytes] = {}  # (in the order they became due)
+        self._clears: dict[str, None] = {}
         self.events_dropped = 0
         self.replies_dropped = 0
+        self.values_dropped = 0
         self._reported = 0
 
     # --- producers -------------------------------------------------------------------
@@ -66,6 +75,25 @@ class Outbox:
             self._events.popleft()
             self.events_dropped += 1
         self._events.append(Outgoing(topic, payload))
+        self.wakeup()
+
+    def value(self, topic: str, payload: bytes) -> bool:
+        """An entity's new value (replacing one still waiting on `topic`); False (dropped,
+        counted) while the broker is not connected."""
+        if not self.connected:
+            self.values_dropped += 1
+            return False
+        if self._values.pop(topic, None) is not None:
+            self.values_dropped += 1  # (superseded before it went out)
+        self._values[topic] = payload
+        self.wakeup()
+        return True
+
+    def clear(self, topic: str) -> None:
+        """Publish an empty retained message on `topic` once (the broker forgets it)."""
+        self._retained.pop(topic, None)
+        self._dirty.pop(topic, None)
+        self._clears[topic] = None
         self.wakeup()
 
     def reply(self, topic: str, payload: bytes, correlation: bytes | None) -> bool:
@@ -90,6 +118,8 @@ class Outbox:
         self.connected = False
         self.replies_dropped += len(self._replies)
         self._replies.clear()
+        self.values_dropped += len(self._values)
+        self._values.clear()
 
     def resend(self, prefix: str) -> None:
         """Mark the retained topics under `prefix` due again (Home Assistant restarted)."""
@@ -109,15 +139,25 @@ class Outbox:
             topic = next(iter(self._dirty))
             del self._dirty[topic]
             return Outgoing(topic, self._retained[topic], retain=True, kind="retained")
+        if self._clears:
+            topic = next(iter(self._clears))
+            del self._clears[topic]
+            return Outgoing(topic, b"", retain=True, kind="clear")
+        if self._values:
+            topic = next(iter(self._values))
+            return Outgoing(topic, self._values.pop(topic), kind="value")
         if self._events:
             return self._events.popleft()
         return None
 
     def lost(self, item: Outgoing) -> None:
         """A publish of `item` failed (the connection broke under it)."""
-        if item.kind == "retained":
-            return  # (every retained topic is sent again on the next connect)
-        if item.kind == "event":
+        if item.kind in ("retained", "clear"):
+            return  # (retained topics are sent again on the next connect; a clear is
+            # found again: the bridge reads the retained configs on each connect)
+        if item.kind == "value":
+            self.values_dropped += 1
+        elif item.kind == "event":
             self.events_dropped += 1
         else:
             self.replies_dropped += 1
@@ -127,7 +167,8 @@ class Outbox:
         return len(self._replies)
 
     def __len__(self) -> int:
-        return len(self._replies) + len(self._dirty) + len(self._events)
+        waiting = (self._replies, self._dirty, self._clears, self._values, self._events)
+        return sum(map(len, waiting))
 
     def drops_to_report(self) -> int:
         """Events dropped since the last call (for a rate-limited warning)."""

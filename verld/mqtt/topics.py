@@ -9,6 +9,9 @@ like verld's own messages) on a topic under one base (docs/fleet.md):
     <base>/<device>/status     retained  verld's `status` reply without `id`/`ok`
     <base>/<device>/call                 requests (verld.mqtt.calls)
     <base>/<device>/call/response        replies without an MQTT 5 Response Topic
+    <base>/<device>/value/<name>         an entity's value (verld.mqtt.entities)
+    <base>/<device>/value/<name>/set     a switch's or button's commands
+    <base>/bridge/entities     retained  every entity's counters
 
 plus, with Home Assistant discovery, retained configs under `homeassistant/`. This
 module builds names and payloads only: the bridge decides when to publish them.
@@ -51,6 +54,32 @@ class Topics:
     def call_filter(self) -> str:
         """What the bridge subscribes to for requests."""
         return f"{self.base}/+/call"
+
+    @property
+    def entities(self) -> str:
+        """Every entity's counters (retained)."""
+        return f"{self.base}/bridge/entities"
+
+    @property
+    def set_filter(self) -> str:
+        """What the bridge subscribes to for switch and button commands."""
+        return f"{self.base}/+/value/+/set"
+
+    def value(self, device: str, name: str) -> str:
+        return f"{self.base}/{device}/value/{name}"
+
+    def value_set(self, device: str, name: str) -> str:
+        return f"{self.base}/{device}/value/{name}/set"
+
+    def entity_of_set(self, topic: str) -> tuple[str, str] | None:
+        """(device, name) of a `<base>/<device>/value/<name>/set` topic, else None."""
+        head, tail = f"{self.base}/", "/set"
+        if not (topic.startswith(head) and topic.endswith(tail)):
+            return None
+        levels = topic[len(head) : -len(tail)].split("/")
+        if len(levels) != 3 or levels[1] != "value" or not levels[0] or not levels[2]:
+            return None
+        return levels[0], levels[2]
 
     def state(self, device: str) -> str:
         return f"{self.base}/{device}/state"
@@ -207,16 +236,15 @@ def ha_host(host: str) -> str:
     return _UNSAFE.sub("_", host.lower()) or "host"
 
 
-def discovery(
-    topics: Topics, host: str, device: str, codec: str | None, daemon: str | None
-) -> dict[str, bytes]:
-    """Topic → retained discovery config for one device: a connectivity binary_sensor
-    for the link, and total_increasing sensors for calls and failed calls.
+def node_id(host: str, device: str) -> str:
+    """A device's node id in discovery topics and ids: `verld_<host>_<device>`."""
+    return f"verld_{ha_host(host)}_{device}"
 
-    `host` is the short host name; `daemon` verld's hello (`"verld X.Y.Z"`)."""
-    node = f"verld_{ha_host(host)}_{device}"
+
+def device_block(host: str, device: str, codec: str | None, daemon: str | None) -> dict[str, Any]:
+    """The `device` block every discovery config of one verld device shares."""
     ident: dict[str, Any] = {
-        "identifiers": [node],
+        "identifiers": [node_id(host, device)],
         "name": f"verld {device} on {host}",
         "manufacturer": "verld",
     }
@@ -224,13 +252,27 @@ def discovery(
         ident["model"] = codec
     if daemon:
         ident["sw_version"] = daemon.removeprefix("verld ")
+    return ident
+
+
+ORIGIN = {"name": "verld-mqtt", "sw_version": __version__}
+
+
+def discovery(
+    topics: Topics, host: str, device: str, codec: str | None, daemon: str | None
+) -> dict[str, bytes]:
+    """Topic → retained discovery config for one device: a connectivity binary_sensor
+    for the link, and total_increasing sensors for calls and failed calls.
+
+    `host` is the short host name; `daemon` verld's hello (`"verld X.Y.Z"`)."""
+    node = node_id(host, device)
     common: dict[str, Any] = {
         "availability_topic": topics.bridge_state,
         "availability_template": "{{ value_json.state }}",
         "payload_available": "online",
         "payload_not_available": "offline",
-        "device": ident,
-        "origin": {"name": "verld-mqtt", "sw_version": __version__},
+        "device": device_block(host, device, codec, daemon),
+        "origin": ORIGIN,
     }
     link = {
         "name": "Link",

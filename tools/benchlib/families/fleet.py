@@ -10,25 +10,34 @@ caller, device d00) and `fleetN` (4 callers × 8 in flight over the N devices); 
 also `fleet1` and `fleet4`. Every verld's `calls_ok` must move by exactly the replies
 the generator got from it (and the others' by nothing). The `rss` phase: the rounds'
 bridge is stopped, the fleet grows to `--rss-devices`, a fresh bridge connects to all
-of them, a fleet load goes through it, and its VmRSS is read.
+of them, a fleet load goes through it, and its VmRSS is read. The `entities` phase: a
+fresh bridge polls `ENT_PER` entities on each of those devices every second (`entities:`,
+each a verl echo decoded as a uint32 and checked), with no calls through it, and its CPU
+over a window and its VmRSS are read.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path as FsPath
 from typing import Any
 
+import yaml
+
 from benchlib.engine import Bridge, Family, Leg, Load, Path, Phase, Result, Run, Timing
 from benchlib.fleetprocs import Bridge as MqttBridge
-from benchlib.fleetprocs import Devices, Echo, Watcher, mosquitto
+from benchlib.fleetprocs import Device, Devices, Echo, Watcher, mosquitto
 from benchlib.mqttgen import FleetSpec
-from benchlib.procs import BenchError, memory_kb
+from benchlib.procs import BenchError, CpuMark, memory_kb, verld_command
 from benchlib.report import Figure, Target, fmt, get, median, ratio
 
-BASE, ECHO_BASE, RSS_BASE = "verld/bench", "echo/bench", "verld/rss"
+BASE, ECHO_BASE, RSS_BASE, ENT_BASE = "verld/bench", "echo/bench", "verld/rss", "verld/ent"
 MIN_CALLS_EACH = 3  #: calls each device must answer in the RSS window
+ENT_PER = 10  #: entities per device in the entities phase
 F = Figure
 FIGURES = (
     F("lock_p50_us", "lock-step round trip, p50 (µs)", 1, "lock.latency_us.p50"),
@@ -45,6 +54,11 @@ FIGURES = (
     F("verld_us_fleet", "verld CPU µs/call (all daemons), 4 × 8", 1,
       "fleet{n}.verld_cpu_us_per_call", ("direct", "mqtt")),
     F("gen_us_fleet", "generator CPU µs/call, 4 × 8", 1, "fleet{n}.gen_cpu_us_per_call"),
+    F("ent_cpu_pct", "entities ({ent_devices} devices × {ent_per} every {ent_every:g} s): bridge "
+      "CPU, % of a core", 1, "entities:polls.cpu_percent", ("mqtt",)),
+    F("ent_cpu_us", "  bridge CPU µs per poll", 1, "entities:polls.cpu_us_per_poll", ("mqtt",)),
+    F("ent_rate", "  values published per second", 0, "entities:polls.rate", ("mqtt",)),
+    F("ent_rss_mib", "  bridge RSS (MiB)", 1, "entities:polls.rss_mib", ("mqtt",)),
 )  # fmt: skip
 P50 = "{path}.lock.latency_us.p50"
 TARGETS = (
@@ -151,6 +165,7 @@ class Fleet(Family):
                              Path("mqtt", (Leg(self.via("mqtt"), scaled),)),
                              Path("echo", (Leg(self.via("echo"), mine),)))),
             Phase("rss", (Path("mqtt", run=self.rss),), rounds=1),
+            Phase("entities", (Path("mqtt", run=self.entities),), rounds=1),
         ]  # fmt: skip
 
     def _check(
@@ -194,15 +209,57 @@ class Fleet(Family):
             run.warn("verld-mqtt exited non-zero on SIGTERM (expected 0)")
         return {"load": load}
 
+    def entities(self, run: Run) -> Result:
+        """A bridge polling ENT_PER entities on each device: its CPU over a window, its RSS."""
+        self.devices.grow(self.rss_devices, timeout=120)
+        devices = list(self.devices.all.values())
+        every, window = (0.2, 0.3) if run.quick else (1.0, 10.0)
+        run.say(f"  entities: {len(devices)} devices × {ENT_PER} every {every:g} s, "
+                f"{window:g} s window")  # fmt: skip
+        values = Values(self.broker.port, ENT_BASE)
+        bridge = EntityBridge(run, self.broker.port, devices, every, self.checkout)
+        try:
+            values.wait_all(len(devices) * ENT_PER, 30 + len(devices), bridge)
+            time.sleep(0.05 if run.quick else 2.0)  # (the first polls at link up are behind)
+            start = CpuMark.take([bridge.pid])
+            time.sleep(window)
+            end = CpuMark.take([bridge.pid])
+            memory = memory_kb(bridge.pid)
+            counts = values.counted(start.t, end.t)
+        finally:
+            values.close()
+            code = bridge.stop()
+        out = _polls(len(devices), every, end.t - start.t, counts, end.since(start, [bridge.pid]),
+                     memory)  # fmt: skip
+        self._check_entities(run, out, values.wrong, code, bridge.log_path.read_text())
+        return {"polls": out}
+
+    def _check_entities(self, run: Run, out: Result, wrong: list[str], code: int,
+                        log: str) -> None:  # fmt: skip
+        if wrong:
+            run.errors.append(f"entities: {len(wrong)} wrong values ({'; '.join(wrong[:3])})")
+        if out["fewest"] == 0:
+            run.errors.append("entities: an entity published no value in the window")
+        elif out["values"] < 0.9 * out["expected"]:
+            run.warn(f"entities: {out['values']} values in the window, {out['expected']:.0f} "
+                     "expected (polls skipped on a busy machine?)")  # fmt: skip
+        failed = [line for line in log.splitlines() if '"entity_' in line and "error" in line]
+        if failed:
+            run.errors.append(f"entities: the bridge logged failed polls: {failed[0][:300]}")
+        if code != 0:
+            run.warn("verld-mqtt (entities) exited non-zero on SIGTERM (expected 0)")
+
     def info(self, run: Run) -> dict[str, Any]:
         memory = _memory(self.memory, self.n)
         return {"n": self.n, "rss_devices": self.rss_devices, "memory": memory,
+                "ent_devices": self.rss_devices, "ent_per": ENT_PER,
+                "ent_every": 0.2 if run.quick else 1.0,
                 "versions": f"mosquitto {self.version}, aiomqtt {metadata.version('aiomqtt')}, "
                 f"paho-mqtt {metadata.version('paho-mqtt')}; {self.n} devices"}  # fmt: skip
 
     def notes(self, section: dict[str, Any], md: bool) -> list[str]:
         """mqtt calls/s by devices behind one bridge, and the bridge's memory."""
-        rows, rounds = [], section["phases"]["rounds"]
+        rows, rounds = [], section["phases"].get("rounds", [])
         for n in sorted({int(k[5:]) for r in rounds for k in r.get("mqtt", {}) if k[5:].isdigit()}):
             w = [get(r, "mqtt", f"fleet{n}") for r in rounds]
             rows.append((n, w, len(rounds)))
@@ -250,6 +307,91 @@ class Fleet(Family):
                 "  ".join(f"{h:>8}" for h in head),
                 *["  ".join(f"{c:>8}" for c in row) for row in cells],
                 "", *mem]  # fmt: skip
+
+
+class EntityBridge(MqttBridge):
+    """verld-mqtt polling ENT_PER sensors on each device every `every` s, and nothing else:
+    entity k of a device echoes k as 4 bytes (verl opcode 01), decoded as a uint32."""
+
+    def __init__(self, run: Run, port: int, devices: list[Device], every: float,
+                 checkout: FsPath | None) -> None:  # fmt: skip
+        self.procs, self.base = run.procs, ENT_BASE
+        entities = [{"device": d.name, "name": f"v{k}", "kind": "sensor", "every": every,
+                     "poll": {"hex": f"01{k:08x}"}, "value": {"offset": 0, "type": "uint32"}}
+                    for d in devices for k in range(ENT_PER)]  # fmt: skip
+        self.config, self.log_path = run.tmp / "entities.yaml", run.tmp / "entities.log"
+        self.config.write_text(yaml.safe_dump({
+            "broker": {"host": "127.0.0.1", "port": port, "client_id": "bench-entities"},
+            "base": ENT_BASE, "devices": {d.name: d.socket for d in devices},
+            "entities": entities, "log": {"level": "INFO", "format": "json"}}))  # fmt: skip
+        argv = [*verld_command(checkout, "verld.mqtt"), "--config", str(self.config)]
+        with open(self.log_path, "ab") as out:
+            self.proc = run.procs.spawn(argv, stdout=out, stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+
+
+class Values(Watcher):
+    """`Watcher`'s client, also noting when each entity's value arrived and whether it was
+    the value its poll echoes (entity vK: K)."""
+
+    def __init__(self, port: int, base: str) -> None:
+        self.seen: dict[str, list[float]] = {}
+        self.wrong: list[str] = []
+        super().__init__(port, base)
+        deadline = time.monotonic() + 10
+        while not self.client.is_connected() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.client.subscribe(f"{base}/+/value/+", qos=1)
+
+    def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
+        if msg.topic.endswith("/state"):
+            super()._on_message(client, userdata, msg)
+            return
+        at, name = time.monotonic(), msg.topic.rpartition("/")[2]
+        value = json.loads(msg.payload).get("value")
+        with self._lock:
+            self.seen.setdefault(msg.topic, []).append(at)
+            if value != int(name[1:]):
+                self.wrong.append(f"{msg.topic}: {value!r}")
+
+    def wait_all(self, n: int, timeout: float, bridge: EntityBridge) -> None:
+        """Until `n` entities have published a value (the bridge is up, and so are all
+        its devices)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if bridge.proc.poll() is not None:
+                raise BenchError(f"verld-mqtt exited {bridge.proc.returncode}:\n"
+                                 f"{bridge.log_tail()}")  # fmt: skip
+            with self._lock:
+                if len(self.seen) >= n:
+                    return
+            time.sleep(0.01)
+        raise BenchError(f"entities: values of {len(self.seen)} of {n} entities within "
+                         f"{timeout:g} s\n{bridge.log_tail()}")  # fmt: skip
+
+    def counted(self, t0: float, t1: float) -> dict[str, int]:
+        """Values that arrived between `t0` and `t1` (monotonic), by topic."""
+        with self._lock:
+            return {topic: sum(t0 <= t < t1 for t in ts) for topic, ts in self.seen.items()}
+
+    def close(self) -> None:
+        self.client.disconnect()  # (first: the loop thread ends at once, not after its select)
+        super().close()
+
+
+def _polls(devices: int, every: float, window: float, counts: dict[str, int], used: Any,
+           memory: dict[str, int]) -> Result:  # fmt: skip
+    """The entities phase's figures: values in the window, the bridge's CPU and memory."""
+    n = sum(counts.values())
+    return {
+        "devices": devices, "per_device": ENT_PER, "every_s": every, "window_s": round(window, 3),
+        "values": n, "expected": round(devices * ENT_PER * window / every, 1),
+        "fewest": min(counts.values(), default=0), "rate": round(n / window, 1),
+        "cpu_percent": round(used.sched * 100 / window, 2) if used else None,
+        "cpu_us_per_poll": round(used.sched * 1e6 / max(1, n), 1) if used else None,
+        "cpu_us_per_poll_stat": round(used.stat * 1e6 / max(1, n), 1) if used else None,
+        "rss_mib": round(memory["VmRSS"] / 1024, 2), "hwm_mib": round(memory["VmHWM"] / 1024, 2),
+    }  # fmt: skip
 
 
 def _memory(m: dict[str, Any], round_n: int) -> dict[str, Any]:

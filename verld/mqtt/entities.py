@@ -1,0 +1,316 @@
+"""Device values as entities, at run time: polls, values, commands and their counters.
+
+Strategy: `Entities.run` is one task for the whole bridge that sleeps until the next
+poll is due (`schedule.Schedule`: each entity every `every` seconds, entities with the
+same period at phases spread over it, each device's in turn with the others') and
+starts what is due (within `GRAIN`: polls a few ms apart share one wake-up). A poll is skipped, not
+counted, while its device's link is not `up` (or verld is unreachable), and skipped
+when the entity's previous poll still runs: polls are never doubled. A poll is a task
+of the bridge's owner (`tasks.Tasks`) that takes a turn in the device's `FairSlots`
+(requester `entities`, so polls and MQTT calls take turns) and sends the poll's call on
+the bridge's one verld connection, through verld's fair queue like any client's call.
+An entity whose poll was skipped while the link was not up, or whose value the broker
+could not take (not connected), and every entity at start, is polled as soon as both
+are back, so a slow `every` does not leave it without a value for that long; its slots
+stay where they were.
+The reply is decoded (`decode.Decoder`; on a binary kind, then made `ON`/`OFF`) and the
+value goes to the outbox (latest value per topic: never a backlog on the broker).
+
+Whatever keeps a poll from giving a value (the call failed, the reply does not decode,
+the decoder does not fit the device's codec) is counted on the entity (`errors`,
+`last_error`) and logged once per run of failures (a misfit once per codec). A set
+topic runs only the entity's own call (`turn_on`, `turn_off`, `press`), for `ON`/`OFF`
+on a switch and `PRESS` on a button; anything else published there, and anything
+delivered retained, is counted (`ignored`) and runs nothing. After a switch's command,
+its state is polled at once (after the poll running, if one is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from verld.mqtt.decode import DecodeError, Decoder, fits, state
+from verld.mqtt.device import Device, share_full
+from verld.mqtt.entityconfig import Entity
+from verld.mqtt.outbox import Outbox
+from verld.mqtt.schedule import Schedule
+from verld.mqtt.tasks import Tasks
+from verld.mqtt.topics import Topics, encode
+from verld.mqtt.valueconfig import Command
+
+log = structlog.get_logger("verld.mqtt.entities")
+
+#: the requester polls and commands take turns as, among the MQTT callers
+REQUESTER = "entities"
+#: polls due within this many seconds start together (one wake-up for them, not one each)
+GRAIN = 0.005
+#: payload on a set topic → (the kind it is for, the call it runs)
+WORDS = {b"ON": ("switch", "turn_on"), b"OFF": ("switch", "turn_off"),
+         b"PRESS": ("button", "press")}  # fmt: skip
+
+
+@dataclass(slots=True)
+class Counts:
+    """One entity's counters, as `<base>/bridge/entities` shows them."""
+
+    polls: int = 0  #: polls started
+    errors: int = 0  #: polls (and commands) that gave no value or failed
+    ignored: int = 0  #: messages on its set topic that ran nothing
+    last_error: str | None = None
+    last_ts: float | None = None  #: when its last value was published (unix time)
+
+
+class Live:
+    """One entity at run time: its decoder, topic, counters and poll state."""
+
+    __slots__ = ("again", "counts", "decoder", "entity", "failing", "misfit", "missed",
+                 "poll", "running", "size", "topic")  # fmt: skip
+
+    def __init__(self, entity: Entity, topics: Topics) -> None:
+        self.entity = entity
+        self.decoder = Decoder(entity.value) if entity.value is not None else None
+        self.topic = topics.value(entity.device, entity.name)
+        self.poll = entity.poll.fields() if entity.poll is not None else None
+        self.size = len(entity.poll.data) if entity.poll is not None else 0
+        self.counts = Counts()
+        self.running = False  #: a poll is on its way
+        self.again = False  #: poll again as soon as the running poll ends
+        self.missed = True  #: a poll or its value was lost to an outage (or none yet)
+        self.failing = False  #: the current run of failures was logged
+        self.misfit: str | None = None  #: the misfit logged
+
+
+class Entities:
+    """Every configured entity of the bridge; see the module docstring."""
+
+    def __init__(
+        self,
+        entities: Sequence[Entity],
+        devices: Mapping[str, Device],
+        topics: Topics,
+        outbox: Outbox,
+        tasks: Tasks,
+    ) -> None:
+        self.devices, self.topics, self.outbox, self.tasks = devices, topics, outbox, tasks
+        self.all = [Live(e, topics) for e in entities]
+        self.by_key = {(live.entity.device, live.entity.name): live for live in self.all}
+        self.polled = _interleaved([live for live in self.all if live.poll is not None])
+
+    def __bool__(self) -> bool:
+        return bool(self.all)
+
+    # --- polls ------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Start each poll when it is due, until cancelled."""
+        loop = asyncio.get_running_loop()
+        schedule = Schedule([live.entity.every for live in self.polled], loop.time())
+        while (at := schedule.next_at) is not None:
+            await asyncio.sleep(max(0.0, at - loop.time()))
+            for job in schedule.due(loop.time() + GRAIN):
+                self._due(self.polled[job])
+
+    def _due(self, live: Live) -> None:
+        if not _up(self.devices[live.entity.device]):
+            live.missed = True  # (not an error: the link's own state says why)
+            return
+        if live.running:
+            log.debug("poll_skipped", device=live.entity.device, entity=live.entity.name,
+                      reason="the previous poll still runs")  # fmt: skip
+            return
+        self._start(live)
+
+    def catch_up(self, device: str | None = None) -> None:
+        """`device`'s link is up (again), or (None) the broker is: the entities that missed
+        a poll or a value are polled now."""
+        for live in self.polled:
+            if live.missed and device in (None, live.entity.device):
+                self.poll_now(live)
+
+    def _start(self, live: Live) -> None:
+        live.running, live.missed = True, False
+        live.counts.polls += 1
+        self.tasks.start(self._poll(live))
+
+    async def _poll(self, live: Live) -> None:
+        try:
+            await self._poll_once(live)
+        finally:
+            live.running = False
+            if live.again:
+                live.again = False
+                self.poll_now(live)
+
+    async def _poll_once(self, live: Live) -> None:
+        device, decoder = self.devices[live.entity.device], live.decoder
+        assert live.poll is not None and decoder is not None
+        misfit = fits(decoder.spec, device.state.codec)
+        if misfit is not None:
+            self._misfit(live, misfit)
+            return
+        reply = await self._call(device, live.poll, live.size)
+        if not reply.get("ok"):
+            self._fail(live, _why(reply))
+            return
+        try:
+            value: Any = decoder.decode(_data(reply), reply.get("text"))
+        except DecodeError as exc:
+            self._fail(live, str(exc))
+            return
+        if live.entity.binary:
+            value = state(decoder.spec, value)
+        generation = reply.get("generation")
+        if type(generation) is not int:
+            generation = device.state.generation
+        now = round(time.time(), 3)
+        payload = encode({"value": value, "ts": now, "generation": generation})
+        if not self.outbox.value(live.topic, payload):
+            live.missed = True  # (the broker is away: polled again once it is back)
+            return
+        live.counts.last_ts = now
+        if live.failing:
+            live.failing = False
+            log.info("entity_recovered", device=live.entity.device, entity=live.entity.name)
+
+    def poll_now(self, live: Live) -> None:
+        """Poll `live` at once (after its running poll, if one runs)."""
+        if live.running:
+            live.again = True
+        elif live.poll is not None and _up(self.devices[live.entity.device]):
+            self._start(live)
+
+    async def _call(self, device: Device, fields: dict[str, Any], size: int) -> dict[str, Any]:
+        """One call in the bridge's turns for the device (`FairSlots`); its API reply."""
+        slots = device.slots
+        await slots.acquire(REQUESTER)
+        try:
+            return await device.call(fields, size)
+        finally:
+            slots.release()
+
+    # --- failures -----------------------------------------------------------------------
+    def _fail(self, live: Live, why: str) -> None:
+        counts = live.counts
+        counts.errors += 1
+        counts.last_error = why
+        fields = {"device": live.entity.device, "entity": live.entity.name, "error": why}
+        if live.failing:
+            log.debug("entity_error", **fields)
+        else:
+            live.failing = True
+            log.warning("entity_error", **fields)
+
+    def _misfit(self, live: Live, why: str) -> None:
+        """A decoder that does not fit the device's codec: an error each poll, logged once."""
+        live.counts.errors += 1
+        live.counts.last_error = why
+        if live.misfit != why:
+            live.misfit = why
+            log.warning("entity_misfit", device=live.entity.device, entity=live.entity.name,
+                        error=why)  # fmt: skip
+
+    # --- commands -----------------------------------------------------------------------
+    def command(self, device: str, name: str, payload: bytes, *, retained: bool) -> None:
+        """A message on `<base>/<device>/value/<name>/set`: the entity's own call, or
+        nothing (counted)."""
+        live = self.by_key.get((device, name))
+        if live is None:
+            log.debug("entity_set_ignored", device=device, entity=name, reason="no such entity")
+            return
+        kind, key = WORDS.get(payload.strip(), (None, ""))
+        call: Command | None = getattr(live.entity, key, None) if kind else None
+        if retained or kind != live.entity.kind or call is None:
+            live.counts.ignored += 1
+            (log.info if live.counts.ignored == 1 else log.debug)(
+                "entity_set_ignored", device=device, entity=name, payload=_shown(payload),
+                reason="a retained message" if retained else _takes(live.entity.kind))  # fmt: skip
+            return
+        log.info("entity_command", device=device, entity=name, call=key)
+        self.tasks.start(self._command(live, key, call))
+
+    async def _command(self, live: Live, key: str, call: Command) -> None:
+        reply = await self._call(self.devices[live.entity.device], call.fields(), len(call.data))
+        if not reply.get("ok"):
+            self._fail(live, f"{key}: {_why(reply)}")
+        if live.entity.kind == "switch":
+            self.poll_now(live)
+
+    # --- counters -----------------------------------------------------------------------
+    def report(self) -> bytes:
+        """`<base>/bridge/entities`: {DEVICE: {NAME: {polls, errors, ignored, last_error,
+        last_ts}}}."""
+        out: dict[str, dict[str, Any]] = {}
+        for live in self.all:
+            c = live.counts
+            out.setdefault(live.entity.device, {})[live.entity.name] = {
+                "polls": c.polls, "errors": c.errors, "ignored": c.ignored,
+                "last_error": c.last_error, "last_ts": c.last_ts,
+            }  # fmt: skip
+        return encode(out)
+
+    def publish_report(self) -> None:
+        self.outbox.retain(self.topics.entities, self.report())
+
+    async def report_every(self, interval: float) -> None:
+        """The counters, retained, every `interval` seconds (0: now only; the bridge
+        publishes them again on each link change)."""
+        while True:
+            self.publish_report()
+            if not interval:
+                return
+            await asyncio.sleep(interval)
+
+
+def _interleaved(lives: list[Live]) -> list[Live]:
+    """Each device's entities in turn with the other devices' (d1's first, d2's first, ...,
+    d1's second, ...): in the schedule a device's polls are then spread over the period,
+    not in a row."""
+    devices: dict[str, int] = {}
+    place: Counter[str] = Counter()
+    keyed = []
+    for live in lives:
+        device = live.entity.device
+        keyed.append((place[device], devices.setdefault(device, len(devices)), live))
+        place[device] += 1
+    return [live for *_, live in sorted(keyed, key=lambda k: k[:2])]
+
+
+def _up(device: Device) -> bool:
+    return device.reachable and device.state.state == "up"
+
+
+def _why(reply: dict[str, Any]) -> str:
+    """A failed call's reply, in a few words."""
+    error = reply.get("error")
+    if isinstance(error, dict):
+        if share_full(reply):
+            return "busy: the bridge's share of verld's queue is full"
+        return f"{error.get('code')}: {error.get('message')}"
+    return "the call failed"
+
+
+def _data(reply: dict[str, Any]) -> bytes:
+    data = reply.get("data")
+    if not isinstance(data, str):
+        return b""
+    try:
+        return binascii.a2b_base64(data.encode("ascii"))
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _shown(payload: bytes) -> str:
+    text = payload[:40].decode("utf-8", "replace")
+    return text + ("..." if len(payload) > 40 else "")
+
+
+def _takes(kind: str) -> str:
+    words = [word.decode() for word, (k, _) in WORDS.items() if k == kind]
+    return f"a {kind} takes {' or '.join(words)}" if words else f"a {kind} takes no commands"
