@@ -400,13 +400,13 @@ class Activated:
     """verld under systemd-socket-activate, its socket named FDNAME (entry "dev" in the
     config); the first connection starts it."""
 
-    def __init__(self, tmp: Path, fdname: str) -> None:
+    def __init__(self, tmp: Path, fdname: str, host: str = "127.0.0.1") -> None:
         self.port = free_port()
         self.sim = SimProc(tmp, codec="line")
         net = [{"listen": "127.0.0.1:1", "name": "dev"}]
         cfg = write_config(tmp, self.sim.link, {"device": {"codec": "line"}, "network": net})
         verld = [sys.executable, "-m", "verld", "--config", str(cfg)]
-        self.proc = subprocess.Popen(["systemd-socket-activate", "-l", f"127.0.0.1:{self.port}",
+        self.proc = subprocess.Popen(["systemd-socket-activate", "-l", f"{host}:{self.port}",
                                       f"--fdname={fdname}", *verld],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
         time.sleep(0.2)
@@ -439,6 +439,19 @@ def test_socket_named_for_no_entry_is_exit_2(tmp_path: Path) -> None:
         assert act.proc.wait(20) == 2
         assert act.proc.stdout is not None
         assert b"net-nope" in act.proc.stdout.read()
+    finally:
+        act.stop()
+
+
+def test_a_passed_socket_open_beyond_loopback_without_allow_is_exit_2(tmp_path: Path) -> None:
+    """net-dev bound to 0.0.0.0 for an entry with neither allow nor tls.ca: exit 2, saying why."""
+    act = Activated(tmp_path, "net-dev", host="0.0.0.0")
+    try:
+        with socket.create_connection(("127.0.0.1", act.port)):
+            pass
+        assert act.proc.wait(20) == 2
+        assert act.proc.stdout is not None
+        assert b"not a loopback address" in act.proc.stdout.read()
     finally:
         act.stop()
 
@@ -508,3 +521,46 @@ def test_programs_lists_each_connection(line: Rig) -> None:
         assert len(mine) == 1
         assert mine[0]["who"] == f"raw 127.0.0.1:{s.getsockname()[1]}"
         assert (mine[0]["calls"], mine[0]["ok"], mine[0]["waiting"]) == (1, 1, 0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="unshare -n needs root")
+def test_a_listener_in_a_private_network_namespace_is_warned_about(tmp_path: Path) -> None:
+    """Bound inside a network namespace with only lo (PrivateNetwork=yes): a WARNING says so."""
+    sim = SimProc(tmp_path, codec="line")
+    try:
+        net = [{"listen": f"127.0.0.1:{free_port()}"}]
+        cfg = write_config(tmp_path, sim.link, {"device": {"codec": "line"}, "network": net})
+        verld = [sys.executable, "-m", "verld", "--config", str(cfg)]
+        proc = subprocess.Popen(["unshare", "-n", *verld],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            out = b""
+            assert proc.stdout is not None
+            while b"network_unreachable" not in out and b'"ready"' not in out:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                out += line
+            assert b"network_unreachable" in out
+        finally:
+            stop_process(proc)
+    finally:
+        sim.stop()
+
+
+def test_reload_changing_protocol_closes_the_entrys_connections(line: Rig) -> None:
+    """A reload that changes an entry's protocol closes its connections; a new one speaks it."""
+    import yaml
+
+    with socket.create_connection(("127.0.0.1", line.ports[0])) as s:
+        wait_for(lambda: network(line.d, "raw")["connections"] == 1)
+        cfg = yaml.safe_load(line.d.config.read_text())
+        cfg["network"][0]["protocol"] = "telnet"
+        line.d.config.write_text(yaml.safe_dump(cfg))
+        line.d.client().request("reload")
+        s.settimeout(3)
+        assert s.recv(100) == b""
+    wait_for(lambda: network(line.d, "raw")["protocol"] == "telnet")
+    with socket.create_connection(("127.0.0.1", line.ports[0])) as s:
+        s.settimeout(3)
+        assert s.recv(3) == b"\xff\xfb\x00"  # (telnet now: WILL BINARY first)
