@@ -21,12 +21,13 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import serial
+import yaml
 
 from verld.codec.base import Kind
 from verld.codec.length import encode as length_encode
@@ -459,20 +460,28 @@ def test_a_passed_socket_open_beyond_loopback_without_allow_is_exit_2(tmp_path: 
 # --- reload ------------------------------------------------------------------------------------
 
 
-def test_reload_applies_allow_to_open_connections_and_binds_new_entries(line: Rig) -> None:
-    """A reload closes connections no longer allowed, and binds an added entry."""
-    import yaml
-
+def reload_closes(line: Rig, change: Callable[[dict[str, Any]], None]) -> None:
+    """With a connection open on entry "raw", reload the config as `change` edits it: the
+    connection is closed."""
     with socket.create_connection(("127.0.0.1", line.ports[0])) as s:
         wait_for(lambda: network(line.d, "raw")["connections"] == 1)
         cfg = yaml.safe_load(line.d.config.read_text())
-        cfg["network"][0]["allow"] = ["10.0.0.0/8"]
-        extra = free_port()
-        cfg["network"].append({"listen": f"127.0.0.1:{extra}", "name": "new"})
+        change(cfg)
         line.d.config.write_text(yaml.safe_dump(cfg))
         line.d.client().request("reload")
         s.settimeout(3)
         assert s.recv(100) == b""
+
+
+def test_reload_applies_allow_to_open_connections_and_binds_new_entries(line: Rig) -> None:
+    """A reload closes connections no longer allowed, and binds an added entry."""
+    extra = free_port()
+
+    def change(cfg: dict[str, Any]) -> None:
+        cfg["network"][0]["allow"] = ["10.0.0.0/8"]
+        cfg["network"].append({"listen": f"127.0.0.1:{extra}", "name": "new"})
+
+    reload_closes(line, change)
     wait_for(lambda: any(e["name"] == "new" for e in line.d.status()["network"]))
     with socket.create_connection(("127.0.0.1", extra)) as s:
         s.sendall(b"PING\n")
@@ -550,16 +559,7 @@ def test_a_listener_in_a_private_network_namespace_is_warned_about(tmp_path: Pat
 
 def test_reload_changing_protocol_closes_the_entrys_connections(line: Rig) -> None:
     """A reload that changes an entry's protocol closes its connections; a new one speaks it."""
-    import yaml
-
-    with socket.create_connection(("127.0.0.1", line.ports[0])) as s:
-        wait_for(lambda: network(line.d, "raw")["connections"] == 1)
-        cfg = yaml.safe_load(line.d.config.read_text())
-        cfg["network"][0]["protocol"] = "telnet"
-        line.d.config.write_text(yaml.safe_dump(cfg))
-        line.d.client().request("reload")
-        s.settimeout(3)
-        assert s.recv(100) == b""
+    reload_closes(line, lambda cfg: cfg["network"][0].update(protocol="telnet"))
     wait_for(lambda: network(line.d, "raw")["protocol"] == "telnet")
     with socket.create_connection(("127.0.0.1", line.ports[0])) as s:
         s.settimeout(3)
