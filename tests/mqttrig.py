@@ -12,7 +12,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,13 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
+import support
 import yaml
 from paho.mqtt import client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
+from support import free_port
 
 from verld.testing import DaemonProc, SimProc, stop_process, wait_for, write_config
 
@@ -38,19 +38,7 @@ BASE = "verld/test"
 
 def need(program: str) -> str:
     """The program's path; a skip (a failure under CI=true) when it is missing."""
-    path = shutil.which(program) or shutil.which(program, path="/usr/sbin:/sbin")
-    if path is None:
-        message = f"{program} is not installed (apt: mosquitto, mosquitto-clients, openssl)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return support.need(program, "mosquitto, mosquitto-clients, openssl")
 
 
 class Certs:

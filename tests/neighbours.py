@@ -68,9 +68,10 @@ from pathlib import Path
 from typing import Any
 
 import aiomqtt
-from mqttrig import BridgeProc, Broker, free_port
+from mqttrig import BridgeProc, Broker
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from support import free_port
 
 from verld import wire
 from verld.codec.length import LengthDecoder

@@ -1,4 +1,6 @@
-"""Test support: the process helpers of `verld.testing`, under the names the tests import.
+"""Test support: the process helpers of `verld.testing`, under the names the tests import,
+and the small helpers several test modules share (a free port, a needed program, a
+process's memory, fds and children).
 
 The helpers (real verld-sim and verld processes on real ptys and Unix sockets,
 the sim's control client, `wait_for`, `write_config`) live in the package so the
@@ -14,6 +16,7 @@ import functools
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +40,12 @@ __all__ = [
     "DaemonProc",
     "HarnessError",
     "SimProc",
+    "children",
+    "free_port",
+    "need",
     "nobody_python",
+    "rss_kib",
+    "settled_fd_count",
     "sim_control",
     "stop_process",
     "wait_for",
@@ -171,3 +179,22 @@ def children() -> set[int]:
                 if int(stat.rsplit(")", 1)[1].split()[1]) == me:
                     out.add(int(entry))
     return out
+
+
+def need(program: str, package: str | None = None) -> str:
+    """The program's path (the sbin directories count); a skip when it is missing, a
+    failure under CI=true (.ci/run installs it). `package`: the apt package(s) to name."""
+    path = shutil.which(program) or shutil.which(program, path="/usr/sbin:/sbin")
+    if path is None:
+        message = f"{program} is not installed" + (f" (apt: {package})" if package else "")
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import serial
 import yaml
+from support import free_port
 
 from verld.codec.base import Kind
 from verld.codec.length import encode as length_encode
@@ -40,12 +41,6 @@ pytestmark = [
 ]
 
 ALLOW = ["127.0.0.1/32"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def network(d: DaemonProc, name: str) -> dict[str, Any]:
@@ -431,30 +426,27 @@ def test_socket_activation_serves_the_named_entry(tmp_path: Path) -> None:
         act.stop()
 
 
-def test_socket_named_for_no_entry_is_exit_2(tmp_path: Path) -> None:
-    """A passed socket net-X with no entry named X stops verld with exit 2."""
-    act = Activated(tmp_path, "net-nope")
+def refused_output(act: Activated) -> bytes:
+    """What verld under socket activation printed, once it exited 2 (a connection starts it)."""
     try:
         with socket.create_connection(("127.0.0.1", act.port)):
             pass
         assert act.proc.wait(20) == 2
         assert act.proc.stdout is not None
-        assert b"net-nope" in act.proc.stdout.read()
+        return act.proc.stdout.read()
     finally:
         act.stop()
+
+
+def test_socket_named_for_no_entry_is_exit_2(tmp_path: Path) -> None:
+    """A passed socket net-X with no entry named X stops verld with exit 2."""
+    assert b"net-nope" in refused_output(Activated(tmp_path, "net-nope"))
 
 
 def test_a_passed_socket_open_beyond_loopback_without_allow_is_exit_2(tmp_path: Path) -> None:
     """net-dev bound to 0.0.0.0 for an entry with neither allow nor tls.ca: exit 2, saying why."""
-    act = Activated(tmp_path, "net-dev", host="0.0.0.0")
-    try:
-        with socket.create_connection(("127.0.0.1", act.port)):
-            pass
-        assert act.proc.wait(20) == 2
-        assert act.proc.stdout is not None
-        assert b"not a loopback address" in act.proc.stdout.read()
-    finally:
-        act.stop()
+    out = refused_output(Activated(tmp_path, "net-dev", host="0.0.0.0"))
+    assert b"not a loopback address" in out
 
 
 # --- reload ------------------------------------------------------------------------------------

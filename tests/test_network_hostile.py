@@ -1,4 +1,4 @@
-"""Hostile clients of the network front (DESIGN.md, "Network ports"; the API's battery is
+"""Hostile clients of the network front (docs/network.md; the API's battery is
 tests/test_security.py's TestHostileClients).
 
 One verld (codec verl) with shared raw, RFC 2217, TLS and passthrough entries takes

@@ -1,5 +1,5 @@
 """The network front in the neighbour battery: no connection of a network port can
-hurt another (docs/reliability.md, "Neighbours"; DESIGN.md, "Network ports").
+hurt another (docs/reliability.md, "Neighbours"; docs/network.md).
 
 On every codec (verl with the program's own seqs, length, line, modbus-rtu, and
 modbus-tcp with its own transaction ids), over shared raw network ports:

@@ -14,17 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import free_port
 
 from verld.client import ClientError
 from verld.testing import DaemonProc, SimProc, write_config
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def line_reply(s: socket.socket) -> bytes:

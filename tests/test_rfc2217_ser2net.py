@@ -11,7 +11,6 @@ CI=true (.ci/run installs it).
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import termios
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 import serial
+from support import free_port, need
 
 from verld.testing import DaemonProc, SimProc, stop_process, wait_for, write_config
 
@@ -29,21 +29,6 @@ pytestmark = [
     pytest.mark.timeout(60),
     pytest.mark.filterwarnings("ignore::DeprecationWarning:serial.rfc2217"),
 ]
-
-
-def ser2net_path() -> str:
-    path = shutil.which("ser2net") or shutil.which("ser2net", path="/usr/sbin:/sbin")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("ser2net is missing (CI=true: .ci/run installs it)")
-        pytest.skip("ser2net is not installed")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Ser2net:
@@ -64,8 +49,8 @@ class Ser2net:
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([ser2net_path(), "-n", "-d", "-c", str(self.config)],
-                                         stdout=log, stderr=log)  # fmt: skip
+            argv = [need("ser2net", "ser2net"), "-n", "-d", "-c", str(self.config)]
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log)
         wait_for(self._listening, 10, "ser2net to listen")
 
     def _listening(self) -> bool:
@@ -85,7 +70,7 @@ class Rig:
     def __init__(
         self, tmp: Path, codec: str, network: list[dict[str, Any]] | None = None, **device: Any
     ) -> None:
-        ser2net_path()
+        need("ser2net", "ser2net")
         self.sim = SimProc(tmp, codec=codec)
         self.ser2net: Ser2net | None = None
         self.d: DaemonProc | None = None

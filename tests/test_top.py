@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import free_port, need
 
 from verld.client import ClientError
 from verld.testing import DaemonProc, SimProc, wait_for, write_config
@@ -34,26 +34,17 @@ pytestmark = pytest.mark.timeout(90)
 VERLCTL = [sys.executable, "-m", "verld.ctl"]
 
 
-def tmux_path() -> str:
-    path = shutil.which("tmux")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("tmux is missing (CI=true: .ci/run installs it)")
-        pytest.skip("tmux is not installed")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Tmux:
     """A tmux server of its own with one 80×24 session running a shell."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmux = [tmux_path(), "-L", f"verld-top-{os.getpid()}-{id(self)}", "-f", "/dev/null"]
+        self.tmux = [
+            need("tmux", "tmux"),
+            "-L",
+            f"verld-top-{os.getpid()}-{id(self)}",
+            "-f",
+            "/dev/null",
+        ]
         env = {**os.environ, "TERM": "xterm-256color", "PS1": "$ "}
         subprocess.run([*self.tmux, "new-session", "-d", "-s", "top", "-x", "80", "-y", "24",
                         "bash --norc --noprofile"], check=True, env=env, cwd=tmp)  # fmt: skip

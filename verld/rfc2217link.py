@@ -26,7 +26,7 @@ from verld.codec.telnet import COM_PORT, ComPort, Data, Telnet, escape
 from verld.config import DeviceConfig
 from verld.config.model import host_port
 from verld.errors import OpenError
-from verld.transport import FdTransport, LinkHandler, connect_tcp
+from verld.transport import FdTransport, LinkHandler, open_tcp
 
 #: the longest any one answer is waited for, whatever `device.timeout` says
 MAX_WAIT = 5.0
@@ -242,14 +242,7 @@ async def open_rfc2217(
     target = rfc2217_target(port)
     if target is None:
         raise OpenError(f"{port}: not an rfc2217://HOST:PORT URL")
-    host, tcp_port = target
-    try:
-        sock = await asyncio.wait_for(connect_tcp(host, tcp_port), connect_timeout)
-    except TimeoutError:
-        raise OpenError(f"connect to {host}:{tcp_port} timed out") from None
-    except OSError as exc:
-        raise OpenError(f"connect to {host}:{tcp_port}: {exc.strerror or exc}") from None
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock = await open_tcp(*target, connect_timeout)
     link = Rfc2217Link(asyncio.get_running_loop(), sock)
     try:
         await link.negotiate(cfg)

@@ -281,18 +281,24 @@ async def open_link(
     if target is None:
         ser = open_serial(cfg, port)
         return FdTransport(loop, ser.fileno(), ser.close, handler)
-    host, tcp_port = target
-    try:
-        sock = await asyncio.wait_for(connect_tcp(host, tcp_port), connect_timeout)
-    except TimeoutError:
-        raise OpenError(f"connect to {host}:{tcp_port} timed out") from None
-    except OSError as exc:
-        raise OpenError(f"connect to {host}:{tcp_port}: {exc.strerror or exc}") from None
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock = await open_tcp(*target, connect_timeout)
     return FdTransport(loop, sock.fileno(), sock.close, handler)
 
 
-async def connect_tcp(host: str, port: int) -> socket.socket:
+async def open_tcp(host: str, port: int, wait: float) -> socket.socket:
+    """A TCP connection to HOST:PORT within `wait` seconds, Nagle off; `OpenError` says
+    why not."""
+    try:
+        sock = await asyncio.wait_for(_connect_tcp(host, port), wait)
+    except TimeoutError:
+        raise OpenError(f"connect to {host}:{port} timed out") from None
+    except OSError as exc:
+        raise OpenError(f"connect to {host}:{port}: {exc.strerror or exc}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+async def _connect_tcp(host: str, port: int) -> socket.socket:
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     last: OSError = OSError(f"no address for {host}")

@@ -15,7 +15,7 @@ import re
 
 from verld.config import leaves
 from verld.config.model import NET_MODES, NET_PROTOCOLS, NetworkConfig, TlsConfig
-from verld.config.validate import BadValue, Item, Section, build, expected, given
+from verld.config.validate import BadValue, Item, Section, build, entries, expected, given
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -127,26 +127,11 @@ def exposed(entry: NetworkConfig, host: str) -> str | None:
 def network(item: Item) -> tuple[NetworkConfig, ...]:
     """The `network` list: each entry an `ENTRY` mapping with a `listen`; names unique;
     the access rule above."""
-    if isinstance(item.value, dict):
-        raise BadValue("expected a list of network ports (- listen: 127.0.0.1:4000), got a "
-                       "mapping; put a '- ' before the entry")  # fmt: skip
-    entries: list[NetworkConfig] = []
+    found: list[NetworkConfig] = []
     first: dict[str, int] = {}
-    for child in item.items():
-        if isinstance(child.value, str):
-            item.ctx.error(child, f"expected a network port entry, got {child.value!r}; "
-                           f"write - listen: {child.value}")  # fmt: skip
-            continue
-        try:
-            entry = build(child, ENTRY)
-        except BadValue as exc:
-            item.ctx.error(child, str(exc))
-            continue
-        if not entry.listen:
-            if f"{child.path}.listen" not in item.ctx.bad:
-                item.ctx.error(child, "a network port needs listen: HOST:PORT, "
-                               "e.g. listen: 127.0.0.1:4000")  # fmt: skip
-            continue
+    needs = "a network port needs listen: HOST:PORT, e.g. listen: 127.0.0.1:4000"
+    for child, entry in entries(item, ENTRY, noun="network port", key="listen",
+                                example="127.0.0.1:4000", needs=needs):  # fmt: skip
         if entry.label in first:
             item.ctx.error(child, f"name {entry.label!r} is already the name of the entry on "
                            f"line {first[entry.label]}; give one of them a name")  # fmt: skip
@@ -156,5 +141,5 @@ def network(item: Item) -> tuple[NetworkConfig, ...]:
             item.ctx.error(child, why)
             continue
         first[entry.label] = child.line
-        entries.append(entry)
-    return tuple(entries)
+        found.append(entry)
+    return tuple(found)

@@ -36,7 +36,7 @@ from verld.config.model import (
 )
 from verld.config.network import ENTRY as _NETWORK_ENTRY
 from verld.config.network import network as _network
-from verld.config.validate import BadValue, Check, Item, Section, build
+from verld.config.validate import Check, Item, Section, build, entries
 
 _POSITIVE = leaves.integer(1)
 _LINE = Section(
@@ -141,26 +141,11 @@ _PORT = Section(
 
 def _ports(item: Item) -> tuple[PortConfig, ...]:
     """The `ports` list: each entry a `_PORT` mapping with a `link`, no link twice."""
-    if isinstance(item.value, dict):
-        raise BadValue("expected a list of ports (- link: /run/verld/ttyV0), got a mapping; "
-                       "put a '- ' before the entry")  # fmt: skip
     ports: list[PortConfig] = []
     first: dict[str, int] = {}
-    for child in item.items():
-        if isinstance(child.value, str):
-            item.ctx.error(child, f"expected a port entry, got {child.value!r}; write "
-                           f"- link: {child.value}")  # fmt: skip
-            continue
-        try:
-            port = build(child, _PORT)
-        except BadValue as exc:
-            item.ctx.error(child, str(exc))
-            continue
-        if not port.link:
-            if f"{child.path}.link" not in item.ctx.bad:
-                item.ctx.error(child, "a port needs a link: the path programs open, "
-                               "e.g. link: /run/verld/ttyV0")  # fmt: skip
-            continue
+    needs = "a port needs a link: the path programs open, e.g. link: /run/verld/ttyV0"
+    for child, port in entries(item, _PORT, noun="port", key="link",
+                               example="/run/verld/ttyV0", needs=needs):  # fmt: skip
         if port.link in first:
             item.ctx.error(child, f"link {port.link} is already the link of the port on "
                            f"line {first[port.link]}")  # fmt: skip

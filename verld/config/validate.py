@@ -180,6 +180,32 @@ class Section:
     unknown: Callable[[Any, Collection[str]], str] = unknown_key
 
 
+def entries(
+    item: Item, section: Section, *, noun: str, key: str, example: str, needs: str
+) -> Iterator[tuple[Item, Any]]:
+    """Each entry of a list of `section` mappings (`- KEY: EXAMPLE`), built, with its
+    required `key` set (`needs` says so when it is not). A mapping in place of the list,
+    a bare string in place of an entry and a bad entry are reported (the mapping raises)."""
+    if isinstance(item.value, dict):
+        raise BadValue(f"expected a list of {noun}s (- {key}: {example}), got a mapping; "
+                       "put a '- ' before the entry")  # fmt: skip
+    for child in item.items():
+        if isinstance(child.value, str):
+            item.ctx.error(child, f"expected a {noun} entry, got {child.value!r}; write "
+                           f"- {key}: {child.value}")  # fmt: skip
+            continue
+        try:
+            entry = build(child, section)
+        except BadValue as exc:
+            item.ctx.error(child, str(exc))
+            continue
+        if not getattr(entry, key):
+            if f"{child.path}.{key}" not in item.ctx.bad:
+                item.ctx.error(child, needs)
+            continue
+        yield child, entry
+
+
 def build(item: Item, section: Section) -> Any:
     """`section.cls` from the keys that check out; every bad or unknown key is reported."""
     kwargs: dict[str, Any] = {}

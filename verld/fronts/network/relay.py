@@ -30,7 +30,7 @@ from verld.codec.rfc2217 import SERVER, Cmd
 from verld.config import tcp_target
 from verld.errors import OpenError
 from verld.rfc2217link import Rfc2217Link, open_rfc2217
-from verld.transport import connect_tcp, modem_bits, open_serial
+from verld.transport import modem_bits, open_serial, open_tcp
 
 if TYPE_CHECKING:
     from verld.fronts.network.conn import NetConn
@@ -115,11 +115,7 @@ class Relay:
             self.fd = self.ser.fileno()
             return
         host, port = target
-        try:
-            timeout = self.entry.cfg.device.timeout
-            self.sock = await asyncio.wait_for(connect_tcp(host, port), timeout)
-        except (OSError, TimeoutError) as exc:
-            raise OpenError(f"connect to {host}:{port}: {exc}") from None
+        self.sock = await open_tcp(host, port, self.entry.cfg.device.timeout)
         self.fd = self.sock.fileno()
 
     def _uninhibit(self, why: str) -> None:
