@@ -132,7 +132,7 @@ _verlctl()
     case $cmd in
         '') opts+=' --version' ;;
         ping) opts+=' -c --count -i --interval --timeout' ;;
-        call) opts+=' --hex --text --file --timeout --retry --wait' ;;
+        call) opts+=' --hex --text --file --timeout --retry --wait --no-reply' ;;
         monitor) opts+=' --raw' ;;
         top) opts+=' --interval' ;;
         logs) opts+=' -n --lines -f --follow --level --journal -u --unit' ;;

@@ -76,6 +76,7 @@ complete -c verlctl -n '__fish_seen_subcommand_from call' -l file -rF -d 'reques
 complete -c verlctl -n '__fish_seen_subcommand_from call' -l timeout -x -d 'seconds per try'
 complete -c verlctl -n '__fish_seen_subcommand_from call' -l retry -x -d 'extra tries after a timeout'
 complete -c verlctl -n '__fish_seen_subcommand_from call' -l wait -d 'wait for the link if it is down'
+complete -c verlctl -n '__fish_seen_subcommand_from call' -l no-reply -d 'a command the device does not answer: send it once, await nothing'
 
 complete -c verlctl -n '__fish_seen_subcommand_from monitor' -l raw -d 'raw bytes as read/written, garbage too'
 

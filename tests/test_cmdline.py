@@ -35,6 +35,7 @@ from verld.cmdline import (
     start_config,
     verlctl_command,
 )
+from verld.codec.registry import retry_of
 from verld.config import Config
 from verld.errors import ConfigError
 
@@ -86,8 +87,57 @@ class TestQuickStart:
 
     def test_modbus_codec_brings_its_defaults(self) -> None:
         """--codec modbus-rtu gets Modbus's timeout 0.5 s and retry 1, as in a file."""
-        device = start("/dev/ttyUSB0", "--codec", "modbus-rtu", "--socket", "/x.sock").cfg.device
-        assert (device.timeout, device.retry) == (0.5, 1)
+        cfg = start("/dev/ttyUSB0", "--codec", "modbus-rtu", "--socket", "/x.sock").cfg
+        assert (cfg.device.timeout, retry_of(cfg)) == (0.5, 1)
+
+
+class TestLineOptions:
+    def test_each_line_option_sets_its_key(self) -> None:
+        """--end, --event, --no-reply, --ping and --expect set their config keys."""
+        s = start(
+            "/dev/ttyACM0",
+            "--codec",
+            "line",
+            "--end",
+            "^(OK|ERROR)$",
+            "--event",
+            "^ALARM",
+            "--no-reply",
+            "^[^?]*$",
+            "--ping",
+            "*IDN?",
+            "--expect",
+            "^ACME,",
+            "--socket",
+            "/x.sock",
+        )
+        line, hb = s.cfg.device.line, s.cfg.heartbeat
+        assert (line.end, line.event, line.no_reply) == ("^(OK|ERROR)$", "^ALARM", "^[^?]*$")
+        assert (hb.payload, hb.expect) == ("*IDN?", "^ACME,")
+        assert retry_of(s.cfg) == 0  # (line: a retry would send the command twice)
+
+    def test_a_bad_pattern_names_the_option(self) -> None:
+        """A pattern that does not compile is a usage error naming the option."""
+        message = usage_of("/dev/x", "--codec", "line", "--no-reply", "(", "--socket", "/x.sock")
+        assert message.startswith("--no-reply: ")
+
+    def test_line_options_need_the_line_codec(self) -> None:
+        """A line option on another codec is a usage error that says to add --codec line."""
+        message = usage_of("/dev/x", "--event", "^A", "--socket", "/x.sock")
+        assert "--event: for line devices; add --codec line (codec is verl)" in message
+
+    def test_expect_without_a_ping_is_refused(self) -> None:
+        """--expect without --ping (or heartbeat.payload) is a config error."""
+        needs = "heartbeat.expect: needs heartbeat.payload"
+        with pytest.raises(ConfigError, match=needs):
+            start("/dev/x", "--codec", "line", "--expect", "^A", "--socket", "/x.sock")
+
+    def test_they_apply_on_top_of_a_file(self, tmp_path: Path) -> None:
+        """With --config the line options win over the file's keys, the rest kept."""
+        path = tmp_path / "v.yaml"
+        path.write_text("device: {port: /dev/x, codec: line, line: {event: '^OLD', end: '^OK$'}}\n")
+        line = start("-c", str(path), "--event", "^NEW").cfg.device.line
+        assert (line.event, line.end) == ("^NEW", "^OK$")
 
 
 class TestQuickStartSocket:
@@ -163,12 +213,14 @@ class TestOnTopOfConfig:
         bare = tmp_path / "bare.yaml"
         bare.write_text("device: {port: /dev/ttyS3, codec: modbus-rtu}\n")
         assert (start("-c", str(bare)).cfg.device.timeout) == 0.5
-        device = start("-c", str(bare), "--codec", "verl").cfg.device
-        assert (device.timeout, device.retry) == (5.0, 3)
+        cfg = start("-c", str(bare), "--codec", "verl").cfg
+        assert (cfg.device.timeout, retry_of(cfg)) == (5.0, 3)
         set_ = tmp_path / "set.yaml"
-        set_.write_text("device: {port: /dev/ttyS3, timeout: 2.0}\n")
-        device = start("-c", str(set_), "--codec", "modbus-tcp").cfg.device
-        assert (device.timeout, device.retry) == (2.0, 1)
+        set_.write_text("device: {port: /dev/ttyS3, timeout: 2.0, retry: 2}\n")
+        cfg = start("-c", str(set_), "--codec", "modbus-tcp").cfg
+        assert (cfg.device.timeout, retry_of(cfg)) == (2.0, 2)
+        cfg = start("-c", str(set_), "--codec", "line").cfg
+        assert (cfg.device.timeout, retry_of(cfg)) == (2.0, 2)
 
     def test_checks_across_fields_see_the_command_line(self, tmp_path: Path) -> None:
         """The file's Modbus TCP server with --codec verl is refused like the same file."""

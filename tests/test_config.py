@@ -64,7 +64,7 @@ class TestDefaults:
         assert config.device.port == "/dev/ttyUSB0"
         assert config.device.codec == "verl"
         assert config.device.timeout == 5.0
-        assert config.device.retry == 3
+        assert config.device.retry is None  # (the codec's own: 3 on verl, 0 on line)
         assert config.device.line.terminator == "\n"
         assert config.heartbeat == HeartbeatConfig(interval=2.0, misses=3, timeout=1.0)
         assert config.api.mode == 0o660

@@ -8,6 +8,7 @@ import json
 import os
 import pwd
 import queue
+import re
 import shutil
 import socket
 import subprocess
@@ -22,9 +23,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support import DaemonProc, SimProc, nobody_python, write_config
 
-from verld.client import AsyncClient, ClientError, PermissionDenied, Unreachable
+from verld.client import AsyncClient, ClientError, PermissionDenied, Reply, Unreachable
 from verld.client import messages as client_messages
 from verld.ctl.cli import default_socket
+from verld.ctl.render import render_sent, reply_obj
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -153,6 +155,54 @@ class TestVerlctl:
             assert proc.wait(30) == 0
             reader.join(10)
             out.close()
+
+
+@pytest.fixture
+def line_daemon(tmp_path: Path) -> Iterator[DaemonProc]:
+    """verld on a verld-sim speaking `line` (PING answered PONG, no idle pings)."""
+    sim = SimProc(tmp_path, codec="line")
+    overrides = {
+        "device": {"codec": "line", "timeout": 0.5, "retry": 0},
+        "heartbeat": {"interval": 60, "misses": 3, "timeout": 0.5, "payload": "PING"},
+    }
+    try:
+        d = DaemonProc(write_config(tmp_path, sim.link, overrides))
+        yield d
+        d.stop()
+    finally:
+        sim.stop()
+
+
+class TestNoReply:
+    def test_no_reply_says_sent(self, line_daemon: DaemonProc) -> None:
+        """`call --no-reply` prints `sent, no reply awaited`, its time and generation, exit 0."""
+        r = verlctl("--socket", line_daemon.socket, "call", "--text", "ECHO set", "--no-reply")
+        assert r.returncode == 0, r.stderr
+        assert re.fullmatch(r"sent, no reply awaited  \d+\.\d{3} ms  generation 1\n", r.stdout)
+        again = verlctl("--socket", line_daemon.socket, "call", "--text", "ECHO heard")
+        assert again.returncode == 0 and "heard" in again.stdout
+
+    def test_no_reply_json(self, line_daemon: DaemonProc) -> None:
+        """`--json call --no-reply` prints the reply with `"reply": false`, status 0 and no data."""
+        r = verlctl("--socket", line_daemon.socket, "--json", "call", "--text", "ECHO x",
+                    "--no-reply")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        obj = json.loads(r.stdout)
+        assert obj["reply"] is False
+        assert (obj["status"], obj["hex"], obj["text"], obj["generation"]) == (0, "", "", 1)
+
+    def test_no_reply_on_verl_exits_2(self, daemon: DaemonProc) -> None:
+        """`call --no-reply` on a verl device (every request answered) is a bad_request: exit 2."""
+        r = verlctl("--socket", daemon.socket, "call", "--hex", "01aa", "--no-reply")
+        assert r.returncode == 2
+        assert "bad_request" in r.stderr
+
+    def test_awaited_reply_json_has_no_reply_key(self) -> None:
+        """A call's --json object carries `reply` only when no answer was awaited."""
+        assert "reply" not in reply_obj(Reply(0, b"x", 0.4, 1))
+        quiet = Reply(0, b"", 0.412, 1, text="", reply=False)
+        assert reply_obj(quiet)["reply"] is False
+        assert render_sent(quiet) == "sent, no reply awaited  0.412 ms  generation 1"
 
 
 class TestDaemonCli:

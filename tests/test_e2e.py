@@ -127,7 +127,8 @@ class TestCalls:
 
     def test_retry_resends_and_succeeds(self, tmp_path: Path, sim: SimProc) -> None:
         """With drop faults, a retried call still gets exactly one reply."""
-        d = DaemonProc(write_config(tmp_path, sim.link, {"heartbeat": {"misses": 100}}))
+        cfg = {"heartbeat": {"misses": 100}, "api": {"max_retry": 12}}
+        d = DaemonProc(write_config(tmp_path, sim.link, cfg))
         try:
             sim.control("set drop 0.5")
             c = d.client()

@@ -80,9 +80,9 @@ def test_device_side_picks_the_devices_codec(codec: str, kind: type) -> None:
 
 
 def test_device_side_uses_the_line_terminator() -> None:
-    """The line device side splits and terminates replies with the configured terminator."""
+    """The line device side ends a program's lines at CR or LF, replies at the terminator."""
     framing = device_side(config("line", terminator="\r\n"))
-    assert framing.feed(b"a\nb\r\n") == [PortRequest(None, b"a\nb")]
+    assert framing.feed(b"a\nb\r\n") == [PortRequest(None, b"a"), PortRequest(None, b"b")]
     assert framing.reply(None, 0, b"", "OK") == b"OK\r\n"
 
 
@@ -318,13 +318,25 @@ class TestLength:
 
 class TestLine:
     def test_each_line_is_a_call_without_its_terminator(self) -> None:
-        """Each line, an empty one included, is a call without its terminator (LF or CRLF)."""
+        """Each line is a call without its end (LF, CRLF or CR); empty lines are ignored."""
         framing = LinePortFraming(MAX)
-        assert framing.feed(b"*IDN?\nMEAS:VOLT?\r\n\n") == [
+        assert framing.feed(b"*IDN?\nMEAS:VOLT?\r\n\nVOLT?\r\r") == [
             PortRequest(None, b"*IDN?"),
             PortRequest(None, b"MEAS:VOLT?"),
-            PortRequest(None, b""),
+            PortRequest(None, b"VOLT?"),
         ]
+
+    def test_a_crlf_split_over_two_reads_is_one_line_end(self) -> None:
+        """picocom's Enter (CR alone) ends a line; a CRLF cut between reads ends just one."""
+        framing = LinePortFraming(MAX, "\n")
+        assert framing.feed(b"*IDN?\r") == [PortRequest(None, b"*IDN?")]
+        assert framing.feed(b"\nVOLT?\r") == [PortRequest(None, b"VOLT?")]
+        assert framing.feed(b"\n") == []
+
+    def test_a_program_line_also_ends_at_another_terminator(self) -> None:
+        """With a terminator other than CR/LF, a program's line ends there too."""
+        framing = LinePortFraming(MAX, ";")
+        assert framing.feed(b"A;B\nC\r") == [PortRequest(None, p) for p in (b"A", b"B", b"C")]
 
     def test_daemon_side_request_round_trips(self) -> None:
         """A request the daemon-side line codec encodes comes out as the same call."""
@@ -362,12 +374,11 @@ class TestLine:
         ]
 
     def test_lines_split_at_every_byte_decode_once(self) -> None:
-        """Lines fed one byte at a time, a max_payload one included, decode once, none ignored."""
+        """Lines fed a byte at a time, a max_payload one included, decode once (empty: none)."""
         wire = b"ab\r\n\r\n" + b"z" * MAX + b"\r\nc\r\n"
         framing = LinePortFraming(MAX, "\r\n")
         assert feed_at(framing, wire, every_byte(wire)) == [
             PortRequest(None, b"ab"),
-            PortRequest(None, b""),
             PortRequest(None, b"z" * MAX),
             PortRequest(None, b"c"),
         ]
@@ -408,7 +419,8 @@ class TestLine:
         limit = max(MAX, *map(len, encoded))
         framing, program = LinePortFraming(limit, "\r\n"), LineCodec(limit, terminator="\r\n")
         wire = b"".join(program.encode_request(0, line) for line in encoded)
-        assert feed_at(framing, wire, cuts) == [PortRequest(None, line) for line in encoded]
+        requests = [PortRequest(None, line) for line in encoded if line]  # (empty: ignored)
+        assert feed_at(framing, wire, cuts) == requests
         for line, raw in zip(lines, encoded, strict=True):
             back = framing.reply(None, 0, raw, line)
             assert program.feed(back, True) == [Inbound(Kind.REPLY, None, 0, raw, line)]

@@ -229,22 +229,22 @@ class TestHang:
         assert daemon.client().call(b"\x01alive").data == b"alive"
 
     @pytest.mark.timeout(30)
-    def test_hang_under_load_is_down_after_misses_timeouts(
-        self, tmp_path: Path, sim: SimProc
-    ) -> None:
+    def test_hang_under_load_is_down_after_misses_timeouts(self, tmp_path: Path) -> None:
         """With no ping, `misses` timed-out calls in a row, no byte back, declare the link dead."""
-        # Not fewer.
-        d = start(tmp_path, sim.link, heartbeat={"interval": 0}, device={"retry": 0})
+        # Not fewer. (A line device without heartbeat.payload has no ping; verl always has.)
+        sim = SimProc(tmp_path, codec="line")
+        device = {"codec": "line", "retry": 0}
+        d = start(tmp_path, sim.link, heartbeat={"interval": 0}, device=device)
         try:
             sub = d.client()
             sub.subscribe(["link"])
             c = d.client()
-            assert c.call(b"\x01ok").data == b"ok"
+            assert c.call("ECHO ok").text == "ok"
             sim.control("hang")
             for _ in range(HB_MISSES - 1):
-                assert error_code(c, b"\x01x", timeout=0.3) == "timeout"
+                assert error_code(c, b"ECHO x", timeout=0.3) == "timeout"
                 assert d.status()["link"]["state"] == "up"
-            assert error_code(c, b"\x01x", timeout=0.3) == "timeout"
+            assert error_code(c, b"ECHO x", timeout=0.3) == "timeout"
             down = next_link_event(sub)
             assert (down["state"], down["generation"]) == ("down", 1)
             assert f"{HB_MISSES} calls in a row timed out" in down["reason"]
@@ -253,6 +253,7 @@ class TestHang:
             d.wait_state("up", 5, min_generation=2)
         finally:
             d.stop()
+            sim.stop()
 
     @pytest.mark.timeout(30)
     def test_pipelined_calls_during_hang_all_end(self, tmp_path: Path, sim: SimProc) -> None:
@@ -317,7 +318,7 @@ class TestLineNoise:
     @pytest.mark.timeout(30)
     def test_drop_is_recovered_by_retries(self, tmp_path: Path, sim: SimProc) -> None:
         """With 30 % of requests dropped, retries get every call its own reply; none misrouted."""
-        d = start(tmp_path, sim.link, heartbeat={"misses": 1000})
+        d = start(tmp_path, sim.link, heartbeat={"misses": 1000}, api={"max_retry": 20})
         try:
             sim.control("set drop 0.3")
             tags = unique_tags(40)
@@ -331,7 +332,7 @@ class TestLineNoise:
         self, tmp_path: Path, sim: SimProc
     ) -> None:
         """Corrupted replies fail their CRC: counted as bad_frames, retried, no wrong data."""
-        d = start(tmp_path, sim.link, heartbeat={"misses": 1000})
+        d = start(tmp_path, sim.link, heartbeat={"misses": 1000}, api={"max_retry": 20})
         try:
             sim.control("set corrupt 0.3")
             tags = unique_tags(40)

@@ -100,7 +100,7 @@ class TestCallFields:
 
     def test_data_alone_gets_the_defaults(self) -> None:
         """A call of data alone (the usual form): no timeout, retry or wait of its own."""
-        assert wire.call_fields(self.req(data="AaoA")) == (b"\x01\xaa\x00", None, None, False)
+        assert wire.call_fields(self.req(data="AaoA")) == (b"\x01\xaa\x00", None, None, False, None)
         assert wire.call_fields(self.req(data="AaoA", wait=True))[3] is True
 
     def test_text_is_sent_as_utf8(self) -> None:

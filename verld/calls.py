@@ -40,6 +40,7 @@ class Call:
         "owner",
         "payload",
         "queued",
+        "reply",
         "req_id",
         "retry",
         "seq",
@@ -79,6 +80,9 @@ class Call:
         self.queued = False  #: waiting in a FairQueue
         self.counted = False  #: holds one unit of its owner's `client_queue` share
         self.unit = -1  #: Modbus codecs: the unit called (the queue's lane); -1 otherwise
+        #: False: the device does not answer it (`reply: false`, `line.no_reply`): written
+        #: once, then the line is kept quiet for `device.guard` and the call ends ok
+        self.reply = True
         #: the front's calls by outcome ("ok" or the error code), counted as it ends
         self.outcomes: dict[str, int] | None = None
 

@@ -3,7 +3,9 @@
 Three ways to start (docs/config.md, verld(8)):
 
 - `verld --config FILE [PORT] [--codec C] [--baudrate N] [--socket PATH]`: the file,
-  with what the command line gives on top (the command line wins);
+  with what the command line gives on top (the command line wins); for `line`
+  devices also `--end RE`, `--event RE`, `--no-reply RE`, `--ping TEXT`, `--expect RE`
+  (`device.line.end`, `.event`, `.no_reply`, `heartbeat.payload`, `heartbeat.expect`);
 - `verld PORT [--codec C] [--baudrate N] [--socket PATH]`, the quick start: no file is
   read, every other key takes its default, and the socket is `/run/verld/verld.sock`
   for root, else `$XDG_RUNTIME_DIR/verld.sock` (never a shared directory such as /tmp:
@@ -16,9 +18,9 @@ The command line's values are checked by the config's own checkers (the tables o
 `verld.config.sections`), so `--baudrate fast` is refused as `baudrate: fast` in a
 file would be, naming the option instead of a line. They are applied to the file's
 config before the checks across fields, and a command-line codec brings its own
-`device.timeout`/`device.retry` defaults (Modbus: 0.5 s, 1) where the file does not
-set them, exactly as if the file had said `codec:`. `Start.reread` reads the file
-again the same way, so a reload keeps what the command line gave.
+`device.timeout` default (Modbus: 0.5 s) where the file does not set it, exactly as
+if the file had said `codec:`. `Start.reread` reads the file again the same way, so a
+reload keeps what the command line gave.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ examples:
   verld /dev/ttyUSB0                     quick start: no config file, other keys at their defaults
   verld sim                              the built-in simulated device: no hardware needed
   verld tcp://10.0.0.5:4001 --codec length    a device behind ser2net or a converter
+  verld /dev/ttyACM0 --codec line --no-reply '^[^?]*$' --ping '*IDN?' --expect '^ACME,'
+                                         a SCPI instrument: set commands get no answer
   verld --config /etc/verld/verld.yaml   the daemon as systemd runs it
   verld -c /etc/verld/verld.yaml /dev/ttyUSB1    that config on another port
   verld --check-config /etc/verld/verld.yaml     check a file: exit 0 (valid) or 2
@@ -72,9 +76,10 @@ $XDG_RUNTIME_DIR/verld.sock.
 
 #: the three ways to start, as `verld --help` and the usage on exit 2 show them
 USAGE = """\
-verld PORT [--codec CODEC] [--baudrate N] [--socket PATH]
-       verld [--config FILE] [PORT] [--codec CODEC] [--baudrate N] [--socket PATH]
-       verld --check-config FILE | --version | --help"""
+verld PORT [--codec CODEC] [--baudrate N] [--socket PATH] [LINE OPTIONS]
+       verld [--config FILE] [PORT] [--codec CODEC] [--baudrate N] [--socket PATH] [LINE OPTIONS]
+       verld --check-config FILE | --version | --help
+LINE OPTIONS: [--end RE] [--event RE] [--no-reply RE] [--ping TEXT] [--expect RE]"""
 
 
 class Usage(VerldError):
@@ -122,8 +127,44 @@ def parser() -> argparse.ArgumentParser:
         help="serve the API on PATH instead of api.socket (default with PORT and no "
         "--config: /run/verld/verld.sock for root, else $XDG_RUNTIME_DIR/verld.sock)",
     )
+    line = p.add_argument_group("line devices (codec line: SCPI, AT, G-code)")
+    for flag, _key, what in _LINE_FLAGS:
+        line.add_argument(flag, metavar="TEXT" if flag == "--ping" else "RE", help=what)
     p.add_argument("--version", action="version", version=f"verld {__version__}")
     return p
+
+
+#: the line devices' options: (flag, config key, help)
+_LINE_FLAGS = (
+    (
+        "--end",
+        "device.line.end",
+        "a reply runs up to the first line matching RE, e.g. "
+        "'^(OK|ERROR)$' for AT modems (device.line.end)",
+    ),
+    (
+        "--event",
+        "device.line.event",
+        "lines matching RE are events, never a reply, e.g. '^ALARM' (device.line.event)",
+    ),
+    (
+        "--no-reply",
+        "device.line.no_reply",
+        "requests matching RE get no answer: written once, "
+        "then device.guard of quiet, e.g. '^[^?]*$' for SCPI (device.line.no_reply)",
+    ),
+    (
+        "--ping",
+        "heartbeat.payload",
+        "the ping: a request the device always answers, e.g. '*IDN?' or 'AT' (heartbeat.payload)",
+    ),
+    (
+        "--expect",
+        "heartbeat.expect",
+        "the ping's answer matches RE, e.g. '^ACME,' "
+        "(heartbeat.expect): after a timeout, lines before it are late answers, dropped",
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +175,8 @@ class Options:
     codec: str | None = None
     baudrate: int | None = None
     socket: str | None = None
+    #: the line devices' options given: config key → value (`--end`, `--ping`, ...)
+    line: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,11 +249,23 @@ def checked_options(args: argparse.Namespace) -> Options:
     """PORT, --codec, --baudrate and --socket through the config's own checkers."""
     device = _section("device")
     baudrate = None if args.baudrate is None else _number(args.baudrate)
+    line = []
+    for flag, key, _ in _LINE_FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is not None:
+            section, name = key.rsplit(".", 1)
+            table = _section(section.split(".")[0])
+            if section == "device.line":
+                line_table = table.keys["line"]
+                assert isinstance(line_table, Section)
+                table = line_table
+            line.append((key, _check(flag, table.keys[name], value)))
     return Options(
         port=_check("PORT", device.keys["port"], args.port),
         codec=_check("--codec", device.keys["codec"], args.codec),
         baudrate=_check("--baudrate", device.keys["baudrate"], baudrate),
         socket=_check("--socket", _section("api").keys["socket"], args.socket),
+        line=tuple(line),
     )
 
 
@@ -246,7 +301,20 @@ def with_options(config: Config, options: Options, file_keys: set[str]) -> Confi
             if key not in file_keys:
                 device[key] = modbus if spec(options.codec).bus else getattr(plain, key)
     api = config.api if options.socket is None else replace(config.api, socket=options.socket)
-    return replace(config, device=replace(config.device, **device), api=api)
+    given = dict(options.line)
+    line = {k.rsplit(".", 1)[1]: v for k, v in given.items() if k.startswith("device.line.")}
+    if line:
+        device["line"] = replace(config.device.line, **line)
+    heartbeat = config.heartbeat
+    if "heartbeat.payload" in given:
+        heartbeat = replace(heartbeat, payload=given["heartbeat.payload"])
+    if "heartbeat.expect" in given:
+        heartbeat = replace(heartbeat, expect=given["heartbeat.expect"])
+    device_cfg = replace(config.device, **device)
+    if options.line and not spec(device_cfg.codec).text:
+        flags = ", ".join(f for f, key, _ in _LINE_FLAGS if key in given)
+        raise Usage(f"{flags}: for line devices; add --codec line (codec is {device_cfg.codec})")
+    return replace(config, device=device_cfg, api=api, heartbeat=heartbeat)
 
 
 def _device_keys(tree: object) -> set[str]:

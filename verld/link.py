@@ -105,6 +105,16 @@ class Link:
         self.inhibited_by: str | None = None
         #: verld is stopping: calls are refused, the link is not reopened
         self.closing = False
+        #: out of step (a try ran out on a line without request ids): nothing but pings
+        #: goes out until as many lines have answered them as pings were sent
+        self.resyncing = False
+        self.resync_pings = 0  #: pings sent in this resync
+        self.resync_answers = 0  #: lines that answered them so far
+        #: lines dropped as late answers (after a timeout, in a resync): `status.link.late`
+        self.late = 0
+        #: lines dropped in a no-reply call's quiet time: `status.link.unexpected`
+        self.unexpected = 0
+        self._late_now = 0  #: late lines not yet logged
 
     @classmethod
     def from_config(cls, cfg: Config, rng: random.Random | None = None) -> Link:
@@ -124,6 +134,8 @@ class Link:
 
     def _enter(self, state: LinkState, reason: str, now: float) -> Transition:
         self.guard_until = None
+        self.resyncing = False
+        self.resync_pings = self.resync_answers = 0
         self.state = state
         self.reason = reason
         self.since = now
@@ -268,6 +280,48 @@ class Link:
         return (f"device not answering ({self.silent_calls} calls in a row timed out "
                 "with no byte from the device)")  # fmt: skip
 
+    # --- out of step: late answers (codecs without seqs) ----------------------------
+    def begin_resync(self) -> None:
+        """A try ran out on a line without request ids: its answer may still come, and
+        would pass for the next call's. Until the pings say which line answers what,
+        only pings go out."""
+        if not self.resyncing:
+            self.resyncing = True
+            self.resync_pings = self.resync_answers = 0
+
+    def resync_ping(self) -> None:
+        """A ping of the resync went out."""
+        self.resync_pings += 1
+
+    def resync_answer(self) -> bool:
+        """A line answered a ping of the resync; True when every ping has its answer
+        (the resync is over: calls may go out again)."""
+        self.resync_answers += 1
+        if self.resync_answers < self.resync_pings:
+            return False
+        self.resyncing = False
+        return True
+
+    def resync_stalled(self) -> bool:
+        """No answer came for the pings still owed within a ping's timeout: a miss;
+        True when that makes the link dead."""
+        self.consecutive_timeouts += 1
+        return self.consecutive_timeouts >= self.misses
+
+    def late_lines(self, count: int) -> None:
+        """Lines dropped as late answers (counted; logged once per resync)."""
+        self.late += count
+        self._late_now += count
+
+    def take_late(self) -> int:
+        """Late lines since the last time they were told (to log them once)."""
+        count, self._late_now = self._late_now, 0
+        return count
+
+    def quiet(self, now: float) -> None:
+        """A command that gets no answer went out: the line is kept quiet for `guard`."""
+        self.guard_until = now + self.guard
+
     # --- the quiet guard after a timeout (codecs without seqs) ---------------------
     def noise(self, now: float) -> bool:
         """Bytes came in; True when they are to be discarded (the guard runs, and restarts)."""
@@ -296,6 +350,8 @@ class Link:
             "since": round(since_wall, 3),
             "attempts": self.attempts,
             "modem": None,  # (rfc2217:// links only)
+            "late": self.late,
+            "unexpected": self.unexpected,
         }
 
     def ping_due_at(self) -> float | None:

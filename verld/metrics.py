@@ -190,6 +190,13 @@ def prometheus_text(
         lines, "verld_desyncs_total", "counter", "Reconnects because the stream was out of step."
     )
     lines.append(f"verld_desyncs_total {st.get('desyncs', 0)}")
+    link = st["link"]
+    for key, metric, help_text in (
+        ("late", "verld_late_lines_total", "Lines dropped as late answers (after a timeout)."),
+        ("unexpected", "verld_unexpected_lines_total", "Lines dropped after a no-reply command."),
+    ):
+        _metric(lines, metric, "counter", help_text)
+        lines.append(f"{metric} {link.get(key, 0)}")
     for key, what in (("bytes", "Bytes"), ("frames", "Frames")):
         _metric(lines, f"verld_{key}_total", "counter", f"{what} on the link, by direction.")
         lines.append(f'verld_{key}_total{{dir="tx"}} {c[key + "_tx"]}')

@@ -12,6 +12,7 @@ below), with no layer per reply.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,9 @@ class Receiving:
     timers: Timekeeper
     _sweep: Alarm
     _heard: Callable[[], None] | None
+    _quiet_feed: Callable[[bytes], tuple[list[Inbound], int]] | None
+    resyncs: bool
+    expect: re.Pattern[str] | None
     _on_event: EventSink
     _traffic: TrafficTap | None
     _debug: bool
@@ -70,12 +74,70 @@ class Receiving:
         heard = self._heard
         if heard is not None:
             heard()  # (the RTU gap restarts)
-        if self.link.noise(now):
-            return  # after a timeout (no seqs): discarded until the line has been quiet
+        link = self.link
+        if link.noise(now):  # after a timeout or a no-reply call (no seqs): a quiet time
+            if self._quiet_feed is not None:
+                self._quiet_lines(data, now)
+            return  # (other codecs: discarded until the line has been quiet)
+        if self.resyncs and (link.resyncing or self._ping_awaits_expect()):
+            self._out_of_step(data, now)
+            return
         frames = self.codec.feed(data, bool(self.window))
         if not frames and heard is not None:
             self.line.unfinished()  # (a reply whose end only silence tells)
         self.frames_in(frames, now)
+
+    def _quiet_lines(self, data: bytes, now: float) -> None:
+        """Input in a quiet time: events go out; the rest is dropped and counted, as
+        late answers (after a timeout) or unexpected (after a no-reply call)."""
+        assert self._quiet_feed is not None
+        events, dropped = self._quiet_feed(data)
+        if dropped:
+            if self.timers.quiet_call is not None:
+                self.link.unexpected += dropped
+            else:
+                self.link.late_lines(dropped)
+        if events:
+            self.frames_in(events, now)
+
+    def _ping_awaits_expect(self) -> bool:
+        """A ping is on the link and only a line matching `heartbeat.expect` answers it."""
+        if self.expect is None:
+            return False
+        call = self.window.first()
+        return call is not None and call.is_ping
+
+    def _out_of_step(self, data: bytes, now: float) -> None:
+        """Lines while the link is out of step (a resync) or a ping awaits `expect`:
+        a line that answers the ping (matches `expect`; without it, is no error) ends
+        it; every other line that is not an event is a late answer, dropped."""
+        frames = self.codec.feed(data, True)  # (every line not an event is a "reply")
+        kept: list[Inbound] = []
+        link, expect = self.link, self.expect
+        ping = self.window.first()
+        over = False
+        for frame in frames:
+            if frame.kind is not _REPLY:
+                kept.append(frame)
+                continue
+            if expect is not None:
+                answers = expect.search(frame.text or "") is not None
+            else:
+                answers = frame.status == 0
+            if not answers:
+                link.late_lines(1 + (frame.text or "").count("\n"))
+                continue
+            if ping is not None and ping.is_ping:
+                kept.append(frame)  # the ping on the link ends with it
+                ping = None
+            if link.resyncing and link.resync_answer():
+                over = True
+        if over and expect is None:  # the quiet time first: nothing goes out meanwhile
+            self.timers.resync_over(wait_quiet=True)
+        if kept:
+            self.frames_in(kept, now)
+        if over and expect is not None:
+            self.timers.resync_over(wait_quiet=False)
 
     def _line_quiet(self, frames: list[Inbound]) -> None:
         """The line fell silent: the frames that ended, then the next calls."""

@@ -19,6 +19,7 @@ RTU gap, as uvloop's loop time ticks in whole milliseconds).
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -26,7 +27,7 @@ import structlog
 
 from verld.alarm import Clock
 from verld.calls import Call, CallResult, FairQueue
-from verld.codec.base import LinkCodec
+from verld.codec.base import Inbound, LinkCodec
 from verld.codec.registry import spec_of
 from verld.config import Config
 from verld.discipline import Plain, discipline_for
@@ -70,6 +71,12 @@ class Session(Receiving):
         self.link = Link.from_config(cfg, rng)
         self.window = Window(1)
         self.ping_payload: bytes | None = None
+        #: a try that ran out puts the line out of step: pings resync it (`line`)
+        self.resyncs = False
+        #: what a line must match to answer the ping (`heartbeat.expect`), or None
+        self.expect: re.Pattern[str] | None = None
+        #: the codec sorts lines in a quiet time (events kept, the rest dropped)
+        self._quiet_feed: Callable[[bytes], tuple[list[Inbound], int]] | None = None
         self.stats = Stats()
         self.counters = self.stats.counters
         self.queue = FairQueue(cfg.api.queue_limit, cfg.api.client_queue)
@@ -91,7 +98,7 @@ class Session(Receiving):
         self.cfg = cfg
         self.queue.limit, self.queue.share = cfg.api.queue_limit, cfg.api.client_queue
         self.link.configure(cfg)
-        self.ping_payload = spec_of(cfg).ping(cfg)
+        self._set_ping()
         line = self.line
         line.configure(cfg)
         self._screen, self._heard, self._clear = line.screen, line.heard, line.clear
@@ -113,7 +120,6 @@ class Session(Receiving):
         calls queued for the other kind of line fail."""
         cfg, spec = self.cfg, spec_of(self.cfg)
         self.window.size = cfg.device.window if self.codec.pipelined else 1
-        self.ping_payload = spec.ping(cfg)
         self.line.stop()
         line = self.line = discipline_for(spec, cfg, self.codec, self.link, clock=self.clock,
                                           precise=self.precise, quiet=self._line_quiet)  # fmt: skip
@@ -124,6 +130,18 @@ class Session(Receiving):
                 self.timers.fail_queued(ErrorCode.LINK_DOWN, why, everyone=True)
             self.queue = queue
         self._screen, self._heard, self._clear = line.screen, line.heard, line.clear
+        self._quiet_feed = getattr(self.codec, "quiet_feed", None) if spec.quiet else None
+        self._set_ping()
+
+    def _set_ping(self) -> None:
+        """The device's ping (also with the idle heartbeat off: the handshake and the
+        probe after a timeout send it), and whether a timeout calls for a resync."""
+        cfg, spec = self.cfg, spec_of(self.cfg)
+        self.ping_payload = spec.device_ping(cfg)
+        expect = cfg.heartbeat.expect
+        self.expect = re.compile(expect) if expect is not None and spec.text else None
+        self.resyncs = (spec.text and not self.codec.pipelined and not self.line.turns
+                        and self.ping_payload is not None)  # fmt: skip
 
     def set_taps(self, traffic: TrafficTap | None, wire: WireTap | None) -> None:
         """Decoded frames and raw bytes each way to the taps (None: off, costs nothing)."""
@@ -157,7 +175,7 @@ class Session(Receiving):
         queue, link = self.queue, self.link
         if (self._debug or link.closing or link.inhibited_by is not None
                 or link.state is not _UP or queue.exclusive is not None
-                or self._screen is not None):  # fmt: skip
+                or self._screen is not None or not call.reply):  # fmt: skip
             self._submit(call)  # the rarer cases, one by one
             return
         # The usual call (the per-call hot path): the link is up and open to everyone.
@@ -206,6 +224,10 @@ class Session(Receiving):
             reason = self._screen(call)
             if reason is not None:
                 return ErrorCode.BAD_REQUEST, reason
+        if not call.reply and self._quiet_feed is None:
+            codec = self.cfg.device.codec
+            why = f"'reply': false is not for codec {codec}: its device answers every request"
+            return ErrorCode.BAD_REQUEST, why
         if link.inhibited_by is not None and not call.wait:
             return ErrorCode.BUSY, link.inhibited_by
         if link.state is not _UP and not call.wait:
@@ -257,7 +279,7 @@ class Session(Receiving):
         link = self.link
         return (link.state is _UP and link.guard_until is None and not self._holds
                 and self._transport is not None and self.window.room() > 0
-                and link.inhibited_by is None
+                and link.inhibited_by is None and not link.resyncing
                 and (self._clear is None or self._clear()))  # fmt: skip
 
     def pump(self) -> None:
@@ -280,6 +302,9 @@ class Session(Receiving):
         """Write calls (first tries) in one write; set their deadlines."""
         transport = self._transport
         assert transport is not None
+        if not calls[0].reply:  # (only without seqs: the window holds one call)
+            self._send_unanswered(calls[0], transport)
+            return
         now = self.clock.time()
         earliest = self.window.add_all(calls, now)
         encode = self.codec.encode_request
@@ -298,6 +323,20 @@ class Session(Receiving):
         if earliest < self._sweep.at:
             self._sweep.set(earliest)
         transport.write(calls[0].frame if len(calls) == 1 else b"".join([c.frame for c in calls]))
+
+    def _send_unanswered(self, call: Call, transport: LinkTransport) -> None:
+        """A call the device does not answer: written once, off the window (no reply
+        can match it); it ends when the line has been quiet for `device.guard`."""
+        call.tries += 1
+        call.frame = self.codec.encode_request(call.seq, call.payload)
+        self.counters.frames_tx += 1
+        if self._traffic is not None:
+            self._traffic("tx", "request", None, None, call.payload)
+        if self._debug:
+            log.debug("call_sent", client=call.owner, request_id=call.req_id, reply=False)
+        self.line.sent([call], self.clock.time())
+        self.timers.quiet(call)
+        transport.write(call.frame)
 
     def resend(self, call: Call) -> None:
         """A retry: the same bytes with the same seq, so a device may answer from a cache."""
@@ -362,9 +401,7 @@ class Session(Receiving):
     def take_inflight(self) -> list[Call]:
         """Every call on the link or held for the guard, off it (their timers off)."""
         calls = self.window.drain()
-        held = self.timers.take_held()
-        if held is not None:
-            calls.append(held)
+        calls += self.timers.take_held()
         self._sweep.cancel()
         for call in calls:
             if call.timer is not None:

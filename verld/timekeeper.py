@@ -11,7 +11,13 @@ wait timers of calls that asked to wait) and acts when one rings:
 - the **heartbeat** pings an idle link `heartbeat.interval` after its last traffic,
   and a **probe** ping goes ahead of the queue after a call whose tries all ran out
   or a ping that did: only unanswered pings count toward `heartbeat.misses`;
-- a **waiting call** (`wait: true`) fails after its timeout if it is still queued.
+- a **waiting call** (`wait: true`) fails after its timeout if it is still queued;
+- a **no-reply call** (`reply: false`) ends once the line after it has been quiet for
+  `device.guard` (the guard's alarm);
+- a **resync** (a try ran out on a line without request ids, with a ping): after the
+  guard only pings go out, each when the last ended, until every ping has its answer
+  (`Link.begin_resync`); the **stall** alarm counts a miss when the answers still owed
+  do not come within a ping's timeout.
 What a timeout calls for is decided by the link state machine (`Link.timed_out`
 returns an `AfterTimeout` and whether a probe ping follows); what differs on a
 line whose units take turns (Modbus: a retry queues again, a call's silence is
@@ -27,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+import structlog
+
 from verld.alarm import Alarm, Clock
 from verld.calls import Call, CallResult, FairQueue
 from verld.codec.base import LinkCodec
@@ -37,6 +45,8 @@ from verld.link import AfterTimeout, Link, LinkState
 from verld.stats import Counters
 from verld.transport import LinkTransport
 from verld.window import EPSILON, Window
+
+log = structlog.get_logger("verld.session")
 
 
 class Host(Protocol):
@@ -52,6 +62,8 @@ class Host(Protocol):
     counters: Counters
     ping_payload: bytes | None
     precise: Callable[[], float]
+    #: a try that ran out puts the line out of step (no seqs, a ping, no units): resync
+    resyncs: bool
 
     @property
     def attached(self) -> LinkTransport | None: ...
@@ -79,21 +91,28 @@ class Timekeeper:
         self.sweep = Alarm(clock, self._swept)
         self._beat = Alarm(clock, self._heartbeat)
         self._guard = Alarm(clock, self._guard_over)
+        self._stall = Alarm(clock, self._resync_stalled)
         self._held: Call | None = None  #: a retry waiting for the guard to end
+        #: a call the device does not answer, written: it ends when the guard does
+        self.quiet_call: Call | None = None
         self._pinging = False  #: a heartbeat ping is queued or on the link
 
     def stop(self) -> None:
         """The link went away: no heartbeat, no guard (deadlines end with their calls)."""
         self._beat.cancel()
         self._guard.cancel()
+        self._stall.cancel()
 
     @property
-    def holding(self) -> bool:
-        return self._held is not None
+    def holding(self) -> int:
+        """Client calls held off the window: a retry waiting for the guard, a no-reply
+        call waiting for its quiet time to end."""
+        return (self._held is not None) + (self.quiet_call is not None)
 
-    def take_held(self) -> Call | None:
-        """The retry held for the guard, if any (taken: the link is being emptied)."""
-        held, self._held = self._held, None
+    def take_held(self) -> list[Call]:
+        """The calls held off the window (taken: the link is being emptied)."""
+        held = [c for c in (self._held, self.quiet_call) if c is not None]
+        self._held = self.quiet_call = None
         return held
 
     # --- deadlines ---------------------------------------------------------------------
@@ -143,7 +162,11 @@ class Timekeeper:
             return
         if after is AfterTimeout.FAIL:
             return
-        if probe:
+        if probe and after is AfterTimeout.GUARD and s.resyncs:
+            # Without request ids its answer may still come and pass for the next
+            # call's: out of step until the pings after the guard are all answered.
+            s.link.begin_resync()
+        elif probe:
             self.probe()
         if retry and turns:
             # to the back of its unit's turn: other units' calls go first
@@ -160,9 +183,9 @@ class Timekeeper:
             s.pump()
 
     def probes(self) -> bool:
-        """Whether a ping can tell a live device from a dead one (there is one, and the
-        heartbeat is on)."""
-        return self.s.ping_payload is not None and self.s.link.interval > 0
+        """Whether a ping can tell a live device from a dead one (there is one; also
+        with the idle heartbeat off)."""
+        return self.s.ping_payload is not None
 
     def probe(self) -> None:
         """A ping next, ahead of the queued calls (a call or a ping went unanswered):
@@ -191,12 +214,70 @@ class Timekeeper:
             self._guard.set(link.guard_until)  # bytes came meanwhile: quiet from then on
             return
         s.codec.reset()
+        quiet, self.quiet_call = self.quiet_call, None
+        if quiet is not None:  # its quiet time is over: nothing answered it, as foreseen
+            s.finish(quiet, None, "sent (no reply expected)", 0, b"", "")
         held, self._held = self._held, None
+        if link.resyncing:
+            if s.attached is not None and not s.window:
+                self.resync_ping()
+            return
+        late = link.take_late()
+        if late:
+            log.info("late_lines_dropped", count=late, resync=False)
         if held is not None and s.attached is not None:
             s.resend(held)
         else:
             s.pump()
         self.arm_heartbeat()
+
+    # --- a call the device does not answer ------------------------------------------------
+    def quiet(self, call: Call) -> None:
+        """`call` (no reply awaited) was written: it ends once the line has been quiet
+        for `device.guard`; meanwhile nothing else goes out."""
+        link = self.s.link
+        link.quiet(self.clock.time())
+        self.quiet_call = call
+        self._guard.set(link.guard_until or 0.0)
+
+    # --- out of step: pings until every one is answered ------------------------------------
+    def resync_ping(self) -> None:
+        """The next ping of a resync, straight onto the link."""
+        s = self.s
+        self._stall.cancel()
+        s.link.resync_ping()
+        self._pinging = True
+        s.send([self.ping(self._resync_pinged)])
+
+    def _resync_pinged(self, result: CallResult) -> None:
+        self._pinging = False
+        if result.error is None and self.s.link.resyncing:
+            # answered, but earlier pings' answers are still owed: they come, or a miss
+            self._stall.set(self.clock.time() + self.s.cfg.heartbeat.timeout)
+
+    def resync_over(self, wait_quiet: bool) -> None:
+        """Every ping of the resync has its answer: calls go out again (after a quiet
+        `device.guard` when `wait_quiet`: no `expect` said which line was the ping's)."""
+        s = self.s
+        self._stall.cancel()
+        late = s.link.take_late()
+        if late:
+            log.info("late_lines_dropped", count=late, resync=True)
+        if wait_quiet:
+            s.link.quiet(self.clock.time())
+            self._guard.set(s.link.guard_until or 0.0)
+        else:
+            s.pump()
+            self.arm_heartbeat()
+
+    def _resync_stalled(self) -> None:
+        s = self.s
+        if not s.link.resyncing or s.window or s.attached is None:
+            return
+        if s.link.resync_stalled():
+            s.lose(s.link.dead_reason())
+        else:
+            self.resync_ping()
 
     # --- calls waiting for the link or a lease ---------------------------------------------
     def wait(self, call: Call) -> None:
@@ -238,7 +319,7 @@ class Timekeeper:
         s = self.s
         due = s.link.ping_due_at()
         if (due is None or s.attached is None or s.ping_payload is None
-                or s.link.inhibited_by or self._pinging):  # fmt: skip
+                or s.link.inhibited_by or self._pinging or s.link.resyncing):  # fmt: skip
             return  # (a ping on its way re-arms the heartbeat when it ends)
         now = self.clock.time()
         if now < due - 0.001:

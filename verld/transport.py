@@ -1,7 +1,8 @@
 """The asyncio edge of the link: a file descriptor that moves bytes.
 
 The transport knows bytes, not frames. Serial ports are opened and configured by
-pyserial (exclusively), TCP endpoints by the socket module; then both are just a
+pyserial (exclusively: its flock and the tty's TIOCEXCL, cleared again before every
+close), TCP endpoints by the socket module; then both are just a
 non-blocking fd driven by `loop.add_reader`/`add_writer` with our own EAGAIN and
 partial-write handling. Not pyserial-asyncio: it blocks in close() (tcdrain) and
 calls connection_lost() while the port is still open; pyserial-asyncio-fast 0.16
@@ -18,16 +19,20 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 import struct
 import termios
 from collections.abc import Callable
 from typing import Protocol
 
 import serial
+import structlog
 from serial.rs485 import RS485Settings
 
 from verld.config import DeviceConfig, tcp_target
 from verld.errors import OpenError
+
+log = structlog.get_logger("verld.link")
 
 _READ_SIZE = 65536
 _PARITY = {
@@ -220,12 +225,63 @@ def lock_holder(path: str) -> str:
     return "another process"
 
 
+def tty_holder(path: str) -> str:
+    """Who has the tty `path` open, as far as /proc tells: "pid 812 (socat)" (several:
+    "pid 812 (socat), pid 90 (verld-sim)"), else "another process" (another user's
+    processes are hidden from a non-root one)."""
+    try:
+        rdev = os.stat(path).st_rdev
+    except OSError:
+        return "another process"
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{entry}/fd/{fd}")
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == rdev:
+                try:
+                    with open(f"/proc/{entry}/comm", encoding="utf-8") as f:
+                        found.append((int(entry), f.read().strip()))
+                except OSError:
+                    pass
+                break
+    return ", ".join(f"pid {pid} ({comm})" for pid, comm in sorted(found)) or "another process"
+
+
+def _set_exclusive(fd: int, on: bool) -> None:
+    """Set (TIOCEXCL) or clear (TIOCNXCL) the tty's exclusive flag: while set, any other
+    open(2) of the tty by a process without CAP_SYS_ADMIN fails with EBUSY. A tty that
+    refuses it (hung up, unplugged, not a tty) is left as it is."""
+    try:
+        fcntl.ioctl(fd, termios.TIOCEXCL if on else termios.TIOCNXCL)
+    except OSError as exc:
+        log.debug("tty_exclusive_failed", on=on, error=_os_reason(exc))
+
+
+def close_serial(ser: serial.Serial) -> None:
+    """Close a port `open_serial` opened, its exclusive flag cleared first (TIOCNXCL): the
+    flag outlives this fd while anything else holds the tty (a pty's master, a simulator),
+    and would refuse the next non-root open (verld's own reconnect, inhibit's program)."""
+    if ser.is_open:
+        _set_exclusive(ser.fileno(), False)
+    ser.close()
+
+
 def open_serial(
     cfg: DeviceConfig, port: str, make: Callable[..., serial.Serial] = serial.Serial
 ) -> serial.Serial:
-    """The serial port `port` opened exclusively with `cfg`'s line settings (and the
-    kernel's RS-485 mode with `cfg.rs485`), input flushed; `OpenError` says why not.
-    `make` builds the pyserial object (a test's recorder)."""
+    """The serial port `port` opened exclusively (pyserial's flock and the tty's TIOCEXCL)
+    with `cfg`'s line settings (and the kernel's RS-485 mode with `cfg.rs485`), input
+    flushed; `OpenError` says why not. Close it with `close_serial`. `make` builds the
+    pyserial object (a test's recorder)."""
     try:
         ser = make(
             port=port,
@@ -241,16 +297,28 @@ def open_serial(
     except (serial.SerialException, OSError, ValueError, termios.error) as exc:
         # (termios.error: the tty refused the line settings, e.g. a parity it lacks)
         text = str(exc)
-        if "Resource temporarily unavailable" in text or "[Errno 11]" in text:
+        code = getattr(exc, "errno", None)
+        if (
+            code == errno.EAGAIN
+            or "Resource temporarily unavailable" in text
+            or "[Errno 11]" in text
+        ):
             text = f"{port} is locked by {lock_holder(port)} (opened exclusively)"
+        elif code == errno.EBUSY or "Device or resource busy" in text:
+            # TIOCEXCL: the flock's holder if there is one (another verld), else who has it open
+            holder = lock_holder(port)
+            if holder == "another process":
+                holder = tty_holder(port)
+            text = f"{port} is locked by {holder} (opened exclusively)"
         raise OpenError(text) from None
+    _set_exclusive(ser.fileno(), True)
     if cfg.rs485 is not None:
         _rs485(ser, cfg, port)
     # pyserial's open() already flushed input; flush again in case it raced.
     try:
         ser.reset_input_buffer()
     except (serial.SerialException, OSError, termios.error) as exc:
-        ser.close()
+        close_serial(ser)
         raise OpenError(f"{port}: {exc}") from None
     return ser
 
@@ -268,7 +336,7 @@ def _rs485(ser: serial.Serial, cfg: DeviceConfig, port: str) -> None:
             delay_before_rx=rs.delay_before_rx,
         )
     except (serial.SerialException, OSError, ValueError) as exc:
-        ser.close()
+        close_serial(ser)
         raise OpenError(f"RS-485 mode not supported by {port}: {exc}") from None
 
 
@@ -280,7 +348,7 @@ async def open_link(
     target = tcp_target(port)
     if target is None:
         ser = open_serial(cfg, port)
-        return FdTransport(loop, ser.fileno(), ser.close, handler)
+        return FdTransport(loop, ser.fileno(), lambda: close_serial(ser), handler)
     sock = await open_tcp(*target, connect_timeout)
     return FdTransport(loop, sock.fileno(), sock.close, handler)
 

@@ -91,6 +91,12 @@ class Window:
             return self._calls.pop(seq_)
         return None
 
+    def first(self) -> Call | None:
+        """A call on the link (the one, without seqs), or None."""
+        for call in self._calls.values():
+            return call
+        return None
+
     def holds(self, call: Call) -> bool:
         """Whether this very call is on the link now."""
         return self._calls.get(call.seq) is call

@@ -174,8 +174,8 @@ def _positive_number(req: Request, key: str) -> float | None:
     return float(value)
 
 
-def call_fields(req: Request) -> tuple[bytes, float | None, int | None, bool]:
-    """(payload, timeout, retry, wait) of a call; ApiError when any is malformed."""
+def call_fields(req: Request) -> tuple[bytes, float | None, int | None, bool, bool | None]:
+    """(payload, timeout, retry, wait, reply) of a call; ApiError when any is malformed."""
     body = req.body
     if len(body) == 3:  # id, op and data (the usual call): nothing else to check
         data = body.get("data")
@@ -185,7 +185,7 @@ def call_fields(req: Request) -> tuple[bytes, float | None, int | None, bool]:
             except (binascii.Error, ValueError):
                 pass  # the full checks below say what is wrong
             else:
-                return payload, None, None, False
+                return payload, None, None, False, None
     get = body.get
     data, text, retry = get("data"), get("text"), get("retry")
     if data is None or text is None or retry is None:
@@ -218,7 +218,12 @@ def call_fields(req: Request) -> tuple[bytes, float | None, int | None, bool]:
     wait = get("wait", False)
     if wait is not False and wait is not True:
         raise ApiError(ErrorCode.BAD_REQUEST, "'wait' must be a boolean", req.id)
-    return payload, timeout, retry, wait
+    reply = get("reply")
+    if reply is not None and reply is not False and reply is not True:
+        raise ApiError(ErrorCode.BAD_REQUEST, "'reply' must be a boolean", req.id)
+    if "reply" in body and reply is None:
+        raise ApiError(ErrorCode.BAD_REQUEST, "'reply' must not be null", req.id)
+    return payload, timeout, retry, wait, reply
 
 
 def topics_field(req: Request, *, required: bool) -> frozenset[str] | None:
@@ -259,11 +264,14 @@ def ok_call_reply(req_id: int | str, status: int, data: bytes, ms: float, genera
     return _LENGTH.pack(len(body)) + body
 
 
-def call_reply(req_id: int | str, result: CallResult, *, text: bool) -> dict[str, Any]:
+def call_reply(
+    req_id: int | str, result: CallResult, *, text: bool, awaited: bool = True
+) -> dict[str, Any]:
     """The reply object of a call that ended (the general form; see `ok_call_reply`).
 
     A call the device answered carries status, data and ms, on success or failure;
     one that never got an answer (timeout, link down, busy...) is a plain error reply.
+    A call whose answer was not `awaited` (`reply: false`) says so: `"reply": false`.
     """
     if result.error is not None and result.status is None:
         return error_reply(
@@ -281,6 +289,8 @@ def call_reply(req_id: int | str, result: CallResult, *, text: bool) -> dict[str
         reply["text"] = result.text
     if result.error is not None:
         reply["error"] = {"code": result.error, "message": result.message}
+    if not awaited:
+        reply["reply"] = False
     return reply
 
 

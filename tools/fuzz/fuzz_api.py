@@ -89,12 +89,13 @@ def check_body(body: bytes) -> None:
 
 
 def _check_call(req: wire.Request) -> None:
-    payload, timeout, retry, wait = wire.call_fields(req)
+    payload, timeout, retry, wait, reply = wire.call_fields(req)
     assert isinstance(payload, bytes)
     assert timeout is None or (isinstance(timeout, float) and math.isfinite(timeout))
     assert timeout is None or 0 < timeout <= wire.MAX_SECONDS
     assert retry is None or (type(retry) is int and retry >= 0)
     assert isinstance(wait, bool)
+    assert reply is None or isinstance(reply, bool)
 
 
 def seeds() -> list[bytes]:

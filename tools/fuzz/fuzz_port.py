@@ -204,15 +204,13 @@ class LineCase(Case[LinePortFraming]):
         return {term[len(term) - n :] for n in range(1, len(term)) if term.startswith(term[n:])}
 
     def check_request(self, request: PortRequest) -> None:
-        line = request.payload
-        assert request.tag is None and len(line) <= MAX and self.term not in line, request
+        line = request.payload  # a program's line ends at CR, LF and the terminator
+        assert request.tag is None and 0 < len(line) <= MAX and self.term not in line, request
+        assert b"\r" not in line and b"\n" not in line, request
 
     def buffered(self, framing: LinePortFraming) -> int:
-        splitter = framing._splitter
-        held = len(splitter._buf)
-        assert held == framing._since <= splitter._max_partial, (held, framing._since)
-        assert splitter._max_partial <= MAX + len(self.term)
-        assert not splitter._skipping  # the framing discards first
+        held = len(framing._buf)  # (a program's line: no end yet, within one line's size)
+        assert held <= MAX + len(self.term), held
         return held
 
     def round_trip(self, framing: LinePortFraming, request: PortRequest, filler: bytes) -> None:
@@ -249,7 +247,7 @@ class LineCase(Case[LinePortFraming]):
 
     def fresh(self, material: bytes) -> tuple[bytes, PortRequest]:
         unsafe = set(self.term) | {0x0A, 0x0D}
-        line = bytes(b for b in material if b not in unsafe)[:MAX]
+        line = bytes(b for b in material if b not in unsafe)[:MAX] or b"x"  # (empty: ignored)
         wire = LineCodec(MAX, self.terminator, self.encoding).encode_request(0, line)
         return wire, PortRequest(None, line)
 

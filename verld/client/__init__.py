@@ -7,7 +7,7 @@ Both speak the framed JSON protocol of docs/protocol.md, framed by `verld.wire`.
 
 The pieces: `messages` (errors, `Reply`, request and reply shapes, framing),
 `engine` (the reference engine's steps, shared settings), `blocking` (`Client`)
-and `aio` (`AsyncClient`).
+and `aio` (`AsyncClient`). docs/client.md is the reference of every public name.
 """
 
 from verld.client.aio import AsyncClient

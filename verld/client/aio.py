@@ -147,9 +147,11 @@ class AsyncClient(Engine):
         timeout: float | None = None,  # noqa: ASYNC109 (the daemon's per-try timeout, sent)
         retry: int | None = None,
         wait: bool = False,
+        reply: bool | None = None,
     ) -> Reply:
-        """One call; `timeout` and `retry` go to verld in the request (per try, on the link)."""
-        return reply_from(await self._roundtrip(call_request(data, timeout, retry, wait)))
+        """One call; `timeout`, `retry` and `reply` go to verld in the request (see
+        `Client.call`)."""
+        return reply_from(await self._roundtrip(call_request(data, timeout, retry, wait, reply)))
 
     async def ping(self, timeout: float | None = None) -> Reply:  # noqa: ASYNC109 (sent)
         return await self.call(b"", timeout=timeout)

@@ -196,10 +196,16 @@ class Client(Engine):
         timeout: float | None = None,
         retry: int | None = None,
         wait: bool = False,
+        reply: bool | None = None,
     ) -> Reply:
-        """One call; a device status is in the Reply, API errors raise ClientError."""
+        """One call; a device status is in the Reply, API errors raise ClientError.
+
+        `reply=False`: a command the device does not answer (written once, never
+        retried; the Reply has `reply` False); `True`: await an answer even where
+        `device.line.no_reply` matches; None: the daemon decides.
+        """
         req_id = next(self._ids)
-        self.send({**call_request(data, timeout, retry, wait), "id": req_id})
+        self.send({**call_request(data, timeout, retry, wait, reply), "id": req_id})
         return reply_from(self._wait_reply(req_id))
 
     def ping(self, timeout: float | None = None) -> Reply:

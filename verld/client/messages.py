@@ -66,6 +66,10 @@ class Reply:
     #: (e.g. "modbus exception 0x02 (illegal data address)"); None on success
     error: str | None = None
     message: str | None = None
+    #: False when no answer was awaited (the call was sent with `reply=False`, or the
+    #: daemon's `device.line.no_reply` matched): status 0 and empty data then only say
+    #: the request was written
+    reply: bool = True
 
     @property
     def ok(self) -> bool:
@@ -189,9 +193,13 @@ def error_from(msg: Mapping[str, Any]) -> ClientError:
 
 
 def call_request(
-    data: bytes | str, timeout: float | None, retry: int | None, wait: bool
+    data: bytes | str,
+    timeout: float | None,
+    retry: int | None,
+    wait: bool,
+    reply: bool | None = None,
 ) -> dict[str, Any]:
-    """The fields of a `call` request."""
+    """The fields of a `call` request (`reply`: None leaves the field out, the daemon decides)."""
     req: dict[str, Any] = {"op": "call"}
     if isinstance(data, str):
         req["text"] = data
@@ -203,6 +211,8 @@ def call_request(
         req["retry"] = retry
     if wait:
         req["wait"] = True
+    if reply is not None:
+        req["reply"] = bool(reply)
     return req
 
 
@@ -223,6 +233,7 @@ def reply_from(msg: Mapping[str, Any]) -> Reply:
         text=msg.get("text"),
         error=code if isinstance(code, str) else None,
         message=message if isinstance(message, str) else None,
+        reply=msg.get("reply") is not False,
     )
 
 

@@ -89,6 +89,14 @@ class LengthCodec:
         """One frame carrying `payload` (no seq on this codec)."""
         return encode(payload)
 
+    def quiet_feed(self, data: bytes) -> tuple[list[Inbound], int]:
+        """Frames in a quiet time: none is an event there; how many came (to drop)."""
+        if self.desync is not None:
+            return [], 0
+        frames = self._decoder.feed(data)
+        self.desync = self._decoder.desync
+        return [], len(frames)
+
     def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
         """The reply (first frame, if one is awaited) and events decoded from `data`."""
         if self.desync is not None:
@@ -166,6 +174,8 @@ LENGTH = CodecSpec(
     rtu=False,
     text=False,
     events=True,
+    retry=0,
+    quiet=True,
     host=lambda cfg: LengthCodec(cfg.device.max_payload),
     device=lambda cfg: LengthPortFraming(cfg.device.max_payload),
     ping=_ping,

@@ -97,6 +97,7 @@ class LineCodec:
         end: str | None = None,
         error: str | None = None,
         event: str | None = None,
+        no_reply: str | None = None,
     ) -> None:
         #: overlong lines and replies dropped since creation, refreshed by every `feed`
         self.bad_frames = 0
@@ -109,6 +110,9 @@ class LineCodec:
         self._end = None if end is None else re.compile(end)
         self._error = None if error is None else re.compile(error)
         self._event = None if event is None else re.compile(event)
+        if no_reply is not None:
+            self._no_reply = re.compile(no_reply)
+            self.unanswered = self._unanswered
         self._reply: list[str] = []  #: lines of a multi-line reply so far
         self._reply_raw: list[bytes] = []  #: the same lines as the device sent them
         self._reply_size = 0  #: their bytes, newlines included
@@ -127,6 +131,17 @@ class LineCodec:
         if term in body or (self._strip_cr and b"\r" in body[:-1]):
             return "one line per call: the request contains the line terminator"
         return None
+
+    def _unanswered(self, payload: bytes) -> bool:
+        """Whether the device gives no answer to this request (it matches `no_reply`;
+        e.g. `^[^?]*$` for SCPI: a command without `?`). Only set with `no_reply`."""
+        term = self._terminator
+        body = payload[: -len(term)] if payload.endswith(term) else payload
+        return self._no_reply.search(body.decode(self._encoding, "replace")) is not None
+
+    def is_event(self, text: str) -> bool:
+        """Whether a line (or a reply's text) is an event (it matches `event`)."""
+        return self._event is not None and self._event.search(text) is not None
 
     def encode_request(self, seq: int, payload: bytes) -> bytes:
         """`payload` plus the terminator, unless it already ends with it (no seq here)."""
@@ -150,6 +165,21 @@ class LineCodec:
                 awaiting_reply = False  # one call outstanding: the rest are events
         self.bad_frames = self._splitter.bad_frames + self._overlong_replies
         return messages
+
+    def quiet_feed(self, data: bytes) -> tuple[list[Inbound], int]:
+        """Lines in a quiet time (no call's reply awaited, but not every line is an
+        event): those matching `event`, and how many others there were (to drop)."""
+        self._drop_reply()
+        events, dropped = [], 0
+        event = self._event
+        for raw in self._splitter.feed(data):
+            text = raw.decode(self._encoding, "replace")
+            if event is not None and event.search(text):
+                events.append(Inbound(Kind.EVENT, None, None, raw, text))
+            else:
+                dropped += 1
+        self.bad_frames = self._splitter.bad_frames + self._overlong_replies
+        return events, dropped
 
     def reset(self) -> None:
         """Forget partial input and any partial reply."""
@@ -191,40 +221,47 @@ class LineCodec:
 
 class LinePortFraming(Bounded):
     """`line` for a port (`PortFraming`): each line the program writes is a call;
-    answers go back line by line."""
+    answers go back line by line.
+
+    A program's line ends at CR, LF or CRLF whatever the device's terminator (picocom's
+    Enter sends CR alone; a CRLF split over two reads is one end), and at that
+    terminator too; empty lines are ignored.
+    """
 
     def __init__(self, max_payload: int, terminator: str = "\n", encoding: str = "utf-8") -> None:
         super().__init__()
         self._terminator = terminator.encode(encoding)
         self._newline = "\n".encode(encoding)  #: what joins a multi-line reply's data
         self._encoding = encoding
-        self._splitter = LineSplitter(self._terminator, max_payload)
-        self._since = 0  #: bytes fed since the last line ended (the one being received)
+        self._max = max_payload
+        ends = [b"\r\n", b"\r", b"\n"]
+        if self._terminator not in ends:
+            ends.insert(0, self._terminator)
+        self._ends = re.compile(b"|".join(re.escape(end) for end in ends))
+        self._buf = bytearray()  #: the line being received (no end yet)
 
     def feed(self, data: bytes) -> list[PortRequest]:
         if self.discarding:
             self.ignored += len(data)
             return []
-        # Fed in pieces that each end at the terminator's last byte, the splitter ends
-        # at most one line per piece, so an overlong one is caught where it is.
-        splitter, last = self._splitter, self._terminator[-1]
-        requests = []
-        pos, size = 0, len(data)
-        while pos < size:
-            cut = data.find(last, pos)
-            end = size if cut < 0 else cut + 1
-            dropped = splitter.bad_frames
-            lines = splitter.feed(data[pos:end])
-            self._since += end - pos
-            if splitter.bad_frames != dropped:  # an overlong line
-                self._discard(self._since + size - end)
-                splitter.reset()
-                self._since = 0
-                break
-            if lines:
-                self._since = 0
-                requests += [PortRequest(None, line) for line in lines]
-            pos = end
+        buf = self._buf
+        buf += data
+        held = bytes(buf)  # (a regex over the bytearray would pin it: no resize then)
+        requests: list[PortRequest] = []
+        pos = 0
+        for end in self._ends.finditer(held):
+            line = held[pos : end.start()]
+            if len(line) > self._max:  # an overlong line: out of step until quiet
+                self._discard(len(held) - pos)
+                buf.clear()
+                return requests
+            pos = end.end()
+            if line:
+                requests.append(PortRequest(None, line))
+        del buf[:pos]
+        if len(buf) > self._max + len(self._terminator):
+            self._discard(len(buf))
+            buf.clear()
         return requests
 
     def reply(self, tag: int | None, status: int | None, data: bytes, text: str | None) -> bytes:
@@ -242,8 +279,7 @@ class LinePortFraming(Bounded):
         return b"".join(line + self._terminator for line in lines)
 
     def reset(self) -> None:
-        self._splitter.reset()
-        self._since = 0
+        self._buf.clear()
         self.discarding = False
 
 
@@ -256,6 +292,7 @@ def _host(cfg: Settings) -> LineCodec:
         end=line.end,
         error=line.error,
         event=line.event,
+        no_reply=line.no_reply,
     )
 
 
@@ -283,6 +320,8 @@ LINE = CodecSpec(
     rtu=False,
     text=True,
     events=True,
+    retry=0,
+    quiet=True,
     host=_host,
     device=_device,
     ping=_ping,

@@ -22,7 +22,7 @@ from verld.codec.verl import VERL
 if TYPE_CHECKING:
     from verld.config import Config
 
-__all__ = ["CODECS", "CodecSpec", "Settings", "spec", "spec_of"]
+__all__ = ["CODECS", "CodecSpec", "Settings", "retry_of", "spec", "spec_of"]
 
 #: in the config schema's order (`verld.config.CODECS`): the default comes first
 _SPECS = (VERL, LENGTH, LINE, MODBUS_RTU, MODBUS_TCP)
@@ -40,3 +40,9 @@ def spec(name: str) -> CodecSpec:
 def spec_of(cfg: Config) -> CodecSpec:
     """The codec `cfg.device.codec` names."""
     return spec(cfg.device.codec)
+
+
+def retry_of(cfg: Config) -> int:
+    """`device.retry`, or where it is null the codec's own default."""
+    retry = cfg.device.retry
+    return spec(cfg.device.codec).retry if retry is None else retry

@@ -29,6 +29,8 @@ class LineSettings(Protocol):
     def error(self) -> str | None: ...
     @property
     def event(self) -> str | None: ...
+    @property
+    def no_reply(self) -> str | None: ...
 
 
 class DeviceSettings(Protocol):
@@ -47,6 +49,8 @@ class HeartbeatSettings(Protocol):
     def interval(self) -> float: ...
     @property
     def payload(self) -> str: ...
+    @property
+    def expect(self) -> str | None: ...
 
 
 class Settings(Protocol):
@@ -77,6 +81,13 @@ class CodecSpec:
     text: bool
     #: the device may send events
     events: bool
+    #: `device.retry`'s default: extra tries after a timeout. A retry re-sends the
+    #: command, so codecs without request ids default to 0 (the device may act twice)
+    retry: int
+    #: a call may say `reply: false` (a command the device does not answer): written
+    #: once, then the line kept quiet for `device.guard`; codecs whose every request
+    #: is answered (verl, Modbus) refuse it
+    quiet: bool
     #: the daemon side (requests out, replies and events in)
     host: Callable[[Settings], LinkCodec]
     #: the device side (requests in, replies and events out): virtual ports, the sim

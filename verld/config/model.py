@@ -22,6 +22,8 @@ class LineConfig:
     end: str | None = None  #: regex: a reply runs up to the first line matching it
     error: str | None = None  #: regex: a reply with a line matching it gets status 0xFF
     event: str | None = None  #: regex: lines matching it are events
+    #: regex: requests matching it get no answer (written once, never retried)
+    no_reply: str | None = None
 
 
 def _no_actions() -> Mapping[str, int]:
@@ -51,7 +53,8 @@ class DeviceConfig:
     codec: str = "verl"
     timeout: float = 5.0
     guard: float = 0.1
-    retry: int = 3
+    #: extra tries after a timeout; None: the codec's own default (`CodecSpec.retry`)
+    retry: int | None = None
     window: int = 8
     max_payload: int = 4096
     actions: Mapping[str, int] = field(default_factory=_no_actions)  #: the user's entries only
@@ -65,6 +68,8 @@ class HeartbeatConfig:
     misses: int = 3
     timeout: float = 1.0
     payload: str = ""
+    #: line: the regex a line must match to answer the ping (None: any line not an error)
+    expect: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +102,8 @@ class ApiConfig:
     queue_limit: int = 1024
     client_queue: int = 256
     lease_max: float = 60
+    max_timeout: float = 600  #: the largest `timeout` a call may ask (s)
+    max_retry: int = 10  #: the largest `retry` a call may ask
     drain: float = 5.0
     roles: RolesConfig = field(default_factory=RolesConfig)
 
@@ -195,9 +202,9 @@ DEFAULT_ACTIONS: Mapping[str, int] = MappingProxyType(
 
 CODECS = ("verl", "length", "line", "modbus-rtu", "modbus-tcp")
 MODBUS_CODECS = ("modbus-rtu", "modbus-tcp")
-#: on the Modbus codecs `device.timeout` and `device.retry` default to these (a key
-#: the file sets wins): Modbus masters give up after 1-3 s
-MODBUS_DEVICE_DEFAULTS: Mapping[str, float | int] = MappingProxyType({"timeout": 0.5, "retry": 1})
+#: on the Modbus codecs `device.timeout` defaults to this (a key the file sets wins):
+#: Modbus masters give up after 1-3 s (`device.retry`'s default is each codec's own)
+MODBUS_DEVICE_DEFAULTS: Mapping[str, float | int] = MappingProxyType({"timeout": 0.5})
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("auto", "console", "json", "journal")
 PARITIES = ("none", "even", "odd", "mark", "space")

@@ -197,6 +197,19 @@ def cross_check(config: Config, ctx: Context) -> None:
     text = ("device.line.encoding", "device.line.terminator", "heartbeat.payload")
     if ctx.ok(*text) and device.codec == "line":
         _check_encodable(config, ctx)
+    if ctx.ok("heartbeat.expect", "device.codec") and heartbeat.expect is not None:
+        if device.codec != "line":
+            ctx.error_at(
+                ("heartbeat.expect", "device.codec"),
+                f"is for the line codec (a line that answers the ping); codec {device.codec} "
+                "tells a ping's answer itself: remove heartbeat.expect",
+            )
+        elif not heartbeat.payload:
+            ctx.error_at(
+                ("heartbeat.expect", "heartbeat.payload"),
+                'needs heartbeat.payload, the ping it answers (e.g. payload: "*IDN?", '
+                'expect: "^ACME,")',
+            )
 
 
 def _check_rs485(port: str, ctx: Context) -> None:

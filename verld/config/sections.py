@@ -47,6 +47,7 @@ _LINE = Section(
         "end": leaves.optional(leaves.regex),
         "error": leaves.optional(leaves.regex),
         "event": leaves.optional(leaves.regex),
+        "no_reply": leaves.optional(leaves.regex),
     },
 )
 _RS485 = Section(
@@ -77,7 +78,7 @@ _DEVICE = Section(
         "codec": leaves.choice(CODECS),
         "timeout": leaves.seconds(zero_ok=False),
         "guard": leaves.seconds(zero_ok=True),
-        "retry": leaves.integer(0),
+        "retry": leaves.optional(leaves.integer(0)),
         "window": leaves.integer(1, 32768),
         "max_payload": leaves.integer(1, 1048576),
         "actions": leaves.actions,
@@ -92,6 +93,7 @@ _HEARTBEAT = Section(
         "misses": _POSITIVE,
         "timeout": leaves.seconds(zero_ok=False),
         "payload": leaves.string,
+        "expect": leaves.optional(leaves.regex),
     },
 )
 _RECONNECT = Section(
@@ -111,6 +113,8 @@ _API = Section(
         "queue_limit": _POSITIVE,
         "client_queue": _POSITIVE,
         "lease_max": leaves.seconds(zero_ok=False),
+        "max_timeout": leaves.seconds(zero_ok=False),
+        "max_retry": leaves.integer(0),
         "drain": leaves.seconds(zero_ok=True),
         "roles": Section(RolesConfig, {"observer": _ROLE, "controller": _ROLE, "admin": _ROLE}),
     },

@@ -27,6 +27,7 @@ EPILOG = """examples:
   verlctl status                         link state, counters, latency
   verlctl --socket /tmp/verld-demo.sock call --hex 01aabb
   verlctl call --text '*IDN?'            text request (line devices)
+  verlctl call --text '*RST' --no-reply  a command the device does not answer
   verlctl ping -c 5                      five pings with a summary
   verlctl --json status | jq .link       machine-readable output
   verlctl events                         print device and link events until Ctrl-C
@@ -93,6 +94,11 @@ SPEC: dict[str, Cmd] = {
             opt("--timeout", type=float, default=None, help="seconds per try"),
             opt("--retry", type=int, default=None, help="extra tries after a timeout"),
             opt("--wait", action="store_true", help="wait for the link if it is down"),
+            opt(
+                "--no-reply",
+                action="store_true",
+                help="a command the device does not answer: send it once, await nothing",
+            ),
         ),
     ),
     "events": Cmd("print device and link events until Ctrl-C"),

@@ -25,6 +25,7 @@ from verld.ctl.render import (
     hexdump,
     render_event,
     render_record,
+    render_sent,
     render_status,
     render_traffic,
     reply_obj,
@@ -46,7 +47,16 @@ def cmd_status(c: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_call(c: Client, args: argparse.Namespace) -> int:
-    r = c.call(_request_data(args), timeout=args.timeout, retry=args.retry, wait=args.wait)
+    r = c.call(
+        _request_data(args),
+        timeout=args.timeout,
+        retry=args.retry,
+        wait=args.wait,
+        reply=False if args.no_reply else None,
+    )
+    if not r.reply:  # nothing was awaited: the request was written, that is all
+        emit(args, render_sent(r), reply_obj(r))
+        return 0
     head = f"status 0x{r.status:02x}  {len(r.data)} bytes  {r.ms:.3f} ms  generation {r.generation}"
     if r.error is not None:  # the device answered with an error status: say which
         head += f"  {safe(r.error)}: {safe(r.message or '')}".rstrip()

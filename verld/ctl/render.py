@@ -71,7 +71,14 @@ def reply_obj(r: Reply) -> dict[str, Any]:
         obj["text"] = r.text
     if r.error is not None:
         obj["error"] = {"code": r.error, "message": r.message}
+    if not r.reply:
+        obj["reply"] = False
     return obj
+
+
+def render_sent(r: Reply) -> str:
+    """A call no answer was awaited for (`call --no-reply`, or `device.line.no_reply`)."""
+    return f"sent, no reply awaited  {r.ms:.3f} ms  generation {r.generation}"
 
 
 # --- status ----------------------------------------------------------------------

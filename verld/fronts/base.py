@@ -27,7 +27,7 @@ from typing import Any
 
 from verld.alarm import Clock
 from verld.calls import Call, CallResult
-from verld.codec.registry import CodecSpec, spec_of
+from verld.codec.registry import CodecSpec, retry_of, spec_of
 from verld.config import Config, tcp_target
 from verld.fronts.protocol import CannotServe, Front, FrontCounts, Listener
 from verld.link import LinkState, Transition
@@ -113,6 +113,9 @@ class Core:
             rng=rng,
         )
         self._session.started = self.started
+        self._retry = retry_of(cfg)  #: `device.retry`, or the codec's own default
+        #: the codec's rule for requests that get no answer (`line.no_reply`), or None
+        self._unanswered = _unanswered_rule(self._session.codec)
         self._supervisor = Supervisor(self._session, self.link_event, opener)
         self._burst = Burst(self._session.hold, self._session.flush)
         #: submit(call): the call joins the fair queue; its `done` runs exactly once
@@ -137,17 +140,32 @@ class Core:
         retry: int | None = None,
         wait: bool | None = None,
         req_id: object = None,
+        reply: bool | None = None,
     ) -> Call:
         """A call for `owner` with `device.timeout`/`device.retry` where not given;
         hand it to `submit`, and `done` runs exactly once. Its outcome is counted in
         `counts` (the front's) as it ends. `wait` None: the call waits only while an
         open attempt is under way (at start, say), else fails at once when the link
-        is not up."""
-        dev = self.cfg.device
+        is not up. `reply` None: the codec's rule decides (`line.no_reply`), else an
+        answer is awaited; False: none is (the call's `reply`, which its front reads
+        to answer its program)."""
         if wait is None:
             wait = self._session.link.state is _CONNECTING
-        call = Call(owner, payload, done, timeout or dev.timeout,
-                    dev.retry if retry is None else retry, wait, req_id)  # fmt: skip
+        call = Call(
+            owner,
+            payload,
+            done,
+            timeout or self.cfg.device.timeout,
+            self._retry if retry is None else retry,
+            wait,
+            req_id,
+        )
+        if reply is None:
+            unanswered = self._unanswered
+            if unanswered is not None and unanswered(payload):
+                call.reply = False
+        elif not reply:
+            call.reply = False
         if counts is not None:
             call.outcomes = counts.outcomes
         return call
@@ -304,6 +322,7 @@ class Core:
     def reconfigure(self, cfg: Config) -> None:
         """A reloaded config's live settings (timeouts, heartbeat, limits)."""
         self.cfg = cfg
+        self._retry = retry_of(cfg)
         self._session.reconfigure(cfg)
 
     def replace_device(self, port: str | None = None) -> None:
@@ -311,6 +330,7 @@ class Core:
         `port` when given; a running link takes them at its next open
         (`request_reconnect`)."""
         self._session.replace_device(spec_of(self.cfg).host(self.cfg), port)
+        self._unanswered = _unanswered_rule(self._session.codec)
 
     def link_summary(self) -> str:
         """The link in a few words, for systemd's STATUS= line."""
@@ -375,3 +395,10 @@ def _fan(taps: list[Any]) -> Any:
             tap(*args)
 
     return fan
+
+
+def _unanswered_rule(codec: object) -> Callable[[bytes], bool] | None:
+    """The codec's test for requests its device does not answer (the `line` codec's
+    `no_reply`), or None when it has none."""
+    rule: Callable[[bytes], bool] | None = getattr(codec, "unanswered", None)
+    return rule

@@ -19,7 +19,10 @@ an API client, and the call's end becomes the answer in the same framing:
   `api.client_queue` of them (past that, a request fails `busy`).
 
 A call that fails gets no answer (as from a silent device): it is counted by error
-code and logged at DEBUG. An answer from the device (any status, a Modbus exception
+code and logged at DEBUG; a request verld refuses (`bad_request`, too long) is logged
+at WARNING the first time for each program (a port's open, a connection), with the
+reason. A request the device does not answer (`line.no_reply`) is written and nothing
+goes back. An answer from the device (any status, a Modbus exception
 included) is written back.
 
 Epochs: a program's leaving, a codec change or a reload that resets the decoder
@@ -44,7 +47,7 @@ import structlog
 
 from verld.alarm import Alarm, Clock
 from verld.bus import silent_gap
-from verld.calls import CallResult
+from verld.calls import Call, CallResult
 from verld.codec.base import PortFraming, PortRequest
 from verld.codec.registry import spec_of
 from verld.config import Config
@@ -60,6 +63,8 @@ GONE = -1
 
 #: errors after which the device's own answer exists (and is written back)
 _ANSWERED = (None, ErrorCode.DEVICE_ERROR, ErrorCode.REMOTE_FAILURE)
+#: errors that say the program's request was refused (told once per program at WARNING)
+_REFUSED = (ErrorCode.BAD_REQUEST, ErrorCode.TOO_LARGE)
 
 
 class Edge(Protocol):
@@ -142,6 +147,7 @@ class ProgramStream:
         self._last_input = 0.0
         self._bad_frames_before = 0  #: bad frames of decoders replaced by a reload
         self._ignored_before = 0
+        self._told = False  #: a refused request of this program was logged at WARNING
         self.framing: PortFraming = spec_of(cfg).device(cfg)
         self.configure(cfg, write=write, events=events)
 
@@ -169,6 +175,7 @@ class ProgramStream:
     def attach(self) -> None:
         """A program is there; what an earlier one left half-written is worthless."""
         self.attached = True
+        self._told = False
         self.framing.reset()
 
     def detach(self) -> bool:
@@ -218,6 +225,7 @@ class ProgramStream:
             self._last_input = now = self.clock.time()
             if self._quiet.at == math.inf:
                 self._quiet.set(now + self.guard)
+                self._tell_refused("a request too long (or not in the device's framing)")
         elif self.rtu:  # an RTU request of unknown length ends at silence
             self._gap.set(self.clock.time() + self.gap)
         if requests:
@@ -267,11 +275,12 @@ class ProgramStream:
         self._outstanding += 1
 
         def done(result: CallResult) -> None:
-            self._done(epoch, tag, result)
+            self._done(epoch, tag, result, call)
 
-        core.submit(core.make_call(self.counts, self, request.payload, done, req_id=tag))
+        call = core.make_call(self.counts, self, request.payload, done, req_id=tag)
+        core.submit(call)
 
-    def _done(self, epoch: int, tag: int | None, result: CallResult) -> None:
+    def _done(self, epoch: int, tag: int | None, result: CallResult, call: Call) -> None:
         if epoch != self.epoch:
             return  # forgotten (the program left): counted in `dropped` then
         self._outstanding -= 1
@@ -279,7 +288,8 @@ class ProgramStream:
             self.share.used -= 1
         if result.status is not None and result.error in _ANSWERED:
             self.stats.ok += 1
-            self.send(self.framing.reply(tag, result.status, result.data, result.text))
+            if call.reply:  # (else the device gives no answer: nor does verld)
+                self.send(self.framing.reply(tag, result.status, result.data, result.text))
         else:
             self._failed(result.error or "no_answer", result.message)
         if not self.pipelined:
@@ -310,7 +320,22 @@ class ProgramStream:
     def _failed(self, code: str, message: str) -> None:
         failed = self.stats.failed
         failed[code] = failed.get(code, 0) + 1
-        log.debug(f"{self.kind}_call_failed", **self.where, error=code, message=message)
+        if code in _REFUSED and not self._told:
+            self._tell_refused(message, code)
+        else:
+            log.debug(f"{self.kind}_call_failed", **self.where, error=code, message=message)
+
+    def _tell_refused(self, reason: str, code: str = ErrorCode.BAD_REQUEST) -> None:
+        """A request of this program was refused: at WARNING the first time (a user
+        typing into a terminal program learns why nothing came back), then DEBUG."""
+        if self._told:
+            log.debug(f"{self.kind}_request_refused", **self.where, error=code, reason=reason)
+            return
+        self._told = True
+        note = "told once per program; later refusals are logged at DEBUG"
+        log.warning(
+            f"{self.kind}_request_refused", **self.where, error=code, reason=reason, note=note
+        )
 
     # --- output -------------------------------------------------------------------------------
     def event(self, data: bytes, text: str | None) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from verld.alarm import Clock
 from verld.calls import Call, CallResult
 from verld.codec.base import PortRequest
-from verld.codec.registry import spec_of
+from verld.codec.registry import retry_of, spec_of
 from verld.config import Config, parse_config
 from verld.errors import OpenError
 from verld.fronts.base import Core
@@ -167,7 +167,7 @@ class SessionRig:
         """Submit a call; the list gets its result."""
         results: list[CallResult] = []
         kw.setdefault("timeout", self.cfg.device.timeout)
-        kw.setdefault("retry", self.cfg.device.retry)
+        kw.setdefault("retry", retry_of(self.cfg))
         self.session.submit(Call(owner, payload, results.append, **kw))
         return results
 

@@ -51,20 +51,28 @@ def _ok(conn: ClientConn, req: wire.Request, **fields: Any) -> None:
 
 def call(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
     """Submit the call; answer on `conn` when it ends (the per-call hot path)."""
-    payload, timeout, retry, wait = wire.call_fields(req)
-    max_payload = api.cfg.device.max_payload
+    payload, timeout, retry, wait, reply = wire.call_fields(req)
+    cfg = api.cfg
+    max_payload = cfg.device.max_payload
     if len(payload) > max_payload:
         raise ApiError(
             ErrorCode.TOO_LARGE,
             f"data of {len(payload)} bytes exceeds max_payload ({max_payload})",
             req.id,
         )
+    if timeout is not None and timeout > cfg.api.max_timeout:
+        message = f"timeout {timeout:g} is above api.max_timeout {cfg.api.max_timeout:g}"
+        raise ApiError(ErrorCode.BAD_REQUEST, message, req.id)
+    if retry is not None and retry > cfg.api.max_retry:
+        message = f"retry {retry} is above api.max_retry {cfg.api.max_retry}"
+        raise ApiError(ErrorCode.BAD_REQUEST, message, req.id)
     req_id, text, core = req.id, api.text, api.core
 
     def done(result: CallResult) -> None:
         if conn.closed:
             return
-        if result.error is None and not text:
+        awaited = submitted.reply
+        if result.error is None and not text and awaited:
             conn.ok += 1
             conn.write(wire.ok_call_reply(req_id, 0, result.data, result.ms, result.generation))
         else:
@@ -72,9 +80,10 @@ def call(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
                 conn.ok += 1
             else:
                 conn.failed += 1
-            conn.write(wire.encode(wire.call_reply(req_id, result, text=text)))
+            conn.write(wire.encode(wire.call_reply(req_id, result, text=text, awaited=awaited)))
 
-    core.submit(core.make_call(api.counts, conn, payload, done, timeout, retry, wait, req_id))
+    submitted = core.make_call(api.counts, conn, payload, done, timeout, retry, wait, req_id, reply)
+    core.submit(submitted)
 
 
 def status(api: OpContext, conn: ClientConn, req: wire.Request) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
+from verld.codec.registry import retry_of
 from verld.codec.telnet import COM_PORT, Agreed, ComPort, Data, Telnet, escape
 from verld.fronts.network.comport import ComPortServer
 from verld.fronts.stream import GONE, ProgramStream
@@ -175,8 +176,8 @@ class NetConn(asyncio.Protocol):
         stream = self.stream
         if stream is None or not (stream.waiting or self._held):
             return False  # (closed now)
-        dev = self.entry.cfg.device
-        self._drain_until = self.loop.time() + dev.timeout * (dev.retry + 1) + 1.0
+        cfg = self.entry.cfg
+        self._drain_until = self.loop.time() + cfg.device.timeout * (retry_of(cfg) + 1) + 1.0
         self._drain()
         return True
 

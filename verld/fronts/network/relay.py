@@ -10,9 +10,10 @@ plain non-blocking fd I/O on the loop, each side's flow control holding the othe
 slowly stops reads from the connection). COM-PORT commands reach the port through
 the connection's `ComPortServer` (`port` set here). The end, whatever its cause
 (the peer closed, idle, `uninhibit`, a reload): BREAK off, the configured line
-settings and modem lines back, buffers flushed, port closed, and the core reopens
-it with a new generation (`Core.unhold`). A port that fails during the relay (an
-unplug) closes the connection and is not touched again: the link reconnects.
+settings and modem lines back, buffers flushed, the tty's exclusive flag cleared
+(TIOCNXCL), port closed, and the core reopens it with a new generation
+(`Core.unhold`). A port that fails during the relay (an unplug) closes the
+connection and is not touched again: the link reconnects.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from verld.codec.rfc2217 import SERVER, Cmd
 from verld.config import tcp_target
 from verld.errors import OpenError
 from verld.rfc2217link import Rfc2217Link, open_rfc2217
-from verld.transport import modem_bits, open_serial, open_tcp
+from verld.transport import close_serial, modem_bits, open_serial, open_tcp
 
 if TYPE_CHECKING:
     from verld.fronts.network.conn import NetConn
@@ -276,7 +277,7 @@ class Relay:
         if self.ser is not None:
             if not self._failed:
                 self._restore(self.ser)
-            self.ser.close()
+            close_serial(self.ser)  # (its TIOCEXCL cleared: the link reopens it next)
         if self.sock is not None:
             self.sock.close()
         if self.remote is not None:
