@@ -163,12 +163,17 @@ class SessionRig:
                 sent += 1
         return sent
 
-    def call(self, payload: bytes, owner: object = "me", **kw: Any) -> list[CallResult]:
-        """Submit a call; the list gets its result."""
+    def call(
+        self, payload: bytes, owner: object = "me", *, reply: bool = True, **kw: Any
+    ) -> list[CallResult]:
+        """Submit a call (`reply` False: the device gives no answer); the list gets its
+        result."""
         results: list[CallResult] = []
         kw.setdefault("timeout", self.cfg.device.timeout)
         kw.setdefault("retry", retry_of(self.cfg))
-        self.session.submit(Call(owner, payload, results.append, **kw))
+        call = Call(owner, payload, results.append, **kw)
+        call.reply = reply
+        self.session.submit(call)
         return results
 
 
