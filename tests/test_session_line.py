@@ -87,6 +87,15 @@ class TestNoReply:
         assert [e[1] for e in rig.events] == ["ALARM OVP"]
         assert rig.session.link.unexpected == 0
 
+    def test_streaming_events_do_not_hold_a_no_reply_call(self) -> None:
+        """Events arriving all through the quiet time do not make it longer."""
+        rig = up()
+        result = rig.call(b"VOLT 5.0", reply=False)
+        for _ in range(3):
+            rig.clock.advance(0.04)
+            rig.wire.deliver(b"ALARM tick\n")
+        assert result[0].error is None and len(rig.events) == 3
+
     def test_reply_false_on_verl_is_a_bad_request(self) -> None:
         """On verl every request is answered: `reply: false` is refused, unsent."""
         rig = SessionRig("device: {port: /dev/fake}\n")

@@ -322,6 +322,12 @@ class Link:
         """A command that gets no answer went out: the line is kept quiet for `guard`."""
         self.guard_until = now + self.guard
 
+    def quiet_stands(self, until: float) -> None:
+        """What came in the quiet time were events only: it ends when it would have
+        (`noise` made it longer)."""
+        if self.guard_until is not None:
+            self.guard_until = until
+
     # --- the quiet guard after a timeout (codecs without seqs) ---------------------
     def noise(self, now: float) -> bool:
         """Bytes came in; True when they are to be discarded (the guard runs, and restarts)."""

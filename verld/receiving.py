@@ -75,9 +75,10 @@ class Receiving:
         if heard is not None:
             heard()  # (the RTU gap restarts)
         link = self.link
+        quiet_until = link.guard_until
         if link.noise(now):  # after a timeout or a no-reply call (no seqs): a quiet time
             if self._quiet_feed is not None:
-                self._quiet_lines(data, now)
+                self._quiet_lines(data, now, quiet_until)
             return  # (other codecs: discarded until the line has been quiet)
         if self.resyncs and (link.resyncing or self._ping_awaits_expect()):
             self._out_of_step(data, now)
@@ -87,9 +88,11 @@ class Receiving:
             self.line.unfinished()  # (a reply whose end only silence tells)
         self.frames_in(frames, now)
 
-    def _quiet_lines(self, data: bytes, now: float) -> None:
+    def _quiet_lines(self, data: bytes, now: float, quiet_until: float | None) -> None:
         """Input in a quiet time: events go out; the rest is dropped and counted, as
-        late answers (after a timeout) or unexpected (after a no-reply call)."""
+        late answers (after a timeout) or unexpected (after a no-reply call). Events
+        alone do not make a no-reply call's quiet time longer: a device that streams
+        them (a GPS) would otherwise hold the call forever."""
         assert self._quiet_feed is not None
         events, dropped = self._quiet_feed(data)
         if dropped:
@@ -97,6 +100,8 @@ class Receiving:
                 self.link.unexpected += dropped
             else:
                 self.link.late_lines(dropped)
+        elif events and self.timers.quiet_call is not None and quiet_until is not None:
+            self.link.quiet_stands(quiet_until)
         if events:
             self.frames_in(events, now)
 
