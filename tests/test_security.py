@@ -20,6 +20,7 @@ import json
 import os
 import pwd
 import random
+import re
 import resource
 import selectors
 import shutil
@@ -36,11 +37,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import DaemonProc, SimProc, rss_kib, settled_fd_count, wait_for, write_config
+from support import (
+    AS_NOBODY,
+    DaemonProc,
+    SimProc,
+    need,
+    nobody_python,
+    rss_kib,
+    settled_fd_count,
+    stop_process,
+    wait_for,
+    write_config,
+)
 
 from verld.client import Client, ClientError
 from verld.config import RoleList, RolesConfig
 from verld.roles import role_for
+from verld.sockfile import bind_socket
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -463,7 +476,14 @@ class TestRoleTable:
     ) -> None:
         """Highest matching role wins; root is admin; unmatched: observer or refused."""
         monkeypatch.setattr("verld.roles.peer_groups", lambda _uid, _gid: groups)
-        assert role_for(uid, min(groups), RolesConfig(**roles)) == expected
+        assert role_for(uid, min(groups), RolesConfig(**roles), own_uid=0) == expected
+
+    def test_the_daemons_own_uid_is_admin(self) -> None:
+        """The daemon's own uid is admin like root, whatever the lists say; other uids are not."""
+        roles = RolesConfig(observer=RoleList(uids=(OTHER,)), admin=RoleList(uids=(OTHER,)))
+        assert role_for(NOBODY, NOBODY, roles, own_uid=NOBODY) == "admin"
+        assert role_for(NOBODY, NOBODY, roles, own_uid=OTHER + 1) is None
+        assert role_for(0, 0, roles, own_uid=NOBODY) == "admin"
 
 
 @needs_root
@@ -493,6 +513,180 @@ class TestSocketPermissions:
         p = world.peer()
         assert p.connected
         assert p.ask("hello")["role"] == "controller"
+
+    def test_mode_and_group_never_set_through_the_path(self, world: World) -> None:
+        """verld gives its socket mode and group with no chmod or chown naming the socket's path."""
+        # A chmod(path) after bind follows whatever is at the path by then: with a
+        # writable directory, a symlink swapped in would have root chmod any file.
+        strace = need("strace")
+        config = world.config(mode="0640", group="nogroup")
+        sock, trace = world.pubdir / "verld.sock", world.pubdir / "verld.strace"
+        argv = [strace, "-f", "-qq", "-e", "trace=%file", "-o", str(trace),
+                sys.executable, "-m", "verld", "--config", str(config)]  # fmt: skip
+        with open(world.pubdir / "verld.log", "wb") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: _answers(str(sock), proc), 45, "verld under strace to listen")
+            st = os.stat(sock)
+            assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o640, grp.getgrnam("nogroup").gr_gid)
+        finally:
+            _stop_traced(proc)
+        lines = trace.read_text(errors="replace").splitlines()
+        named = [line for line in lines if f'"{sock}"' in line]
+        assert named, "strace printed no call naming the socket path"  # (paths not cut short)
+        assert [line for line in named if re.search(r"\w*ch(?:mod|own)\w*\(", line)] == []
+
+    def test_bound_socket_is_born_with_its_mode_and_group(self, pubdir: Path) -> None:
+        """bind_socket under umask 0: the file has its mode and group at once, not listening yet."""
+        path = str(pubdir / "s.sock")
+        old = os.umask(0)
+        try:
+            sock, ident = bind_socket(path, 0o640, "nogroup")
+        finally:
+            os.umask(old)
+        try:
+            assert os.umask(old) == old  # the process umask is back
+            st = os.lstat(path)
+            assert stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == ident
+            assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o640, grp.getgrnam("nogroup").gr_gid)
+            with socket.socket(socket.AF_UNIX) as probe, pytest.raises(ConnectionRefusedError):
+                probe.connect(path)
+        finally:
+            sock.close()
+
+    @pytest.mark.parametrize("umask", [0o000, 0o077], ids=["umask-000", "umask-077"])
+    def test_missing_socket_directory_is_created_0755(self, world: World, umask: int) -> None:
+        """Missing levels of the socket's directory are made 0755, verld's, whatever the umask."""
+        top = world.pubdir / "run"
+        old = os.umask(umask)
+        try:
+            world.start(mode="0660", socket=str(top / "verld" / "verld.sock"))
+        finally:
+            os.umask(old)
+        for d in (top, top / "verld"):
+            st = os.stat(d)
+            assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o755, os.geteuid()), d
+        st = os.stat(world.socket)
+        assert stat.S_IMODE(st.st_mode) == 0o660
+
+    @pytest.mark.parametrize(
+        ("mode", "owner", "below"),
+        [(0o777, 0, ""), (0o775, 0, ""), (0o755, OTHER, ""), (0o777, 0, "sub")],
+        ids=["world-writable", "group-writable", "another-users", "an-ancestor"],
+    )
+    def test_directory_others_may_write_is_refused(
+        self, world: World, mode: int, owner: int, below: str
+    ) -> None:
+        """A socket directory (or one above) that others may write, not sticky: exit 1 naming it."""
+        open_dir = world.pubdir / "open"
+        open_dir.mkdir()
+        os.chown(open_dir, owner, owner)
+        open_dir.chmod(mode)
+        sock_dir = open_dir / below
+        sock_dir.mkdir(mode=0o755, exist_ok=True)
+        config = world.config(socket=str(sock_dir / "verld.sock"))
+        r = subprocess.run([sys.executable, "-m", "verld", "--config", str(config)],
+                           capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+        out = r.stdout + r.stderr
+        assert r.returncode == 1, out
+        assert "Traceback" not in out
+        naming = [line for line in out.splitlines() if f"{open_dir} " in line]
+        assert len(naming) == 1 and "another user could replace the API socket" in naming[0], out
+        assert list(sock_dir.iterdir()) == []  # no socket, no lock file: nothing touched
+
+    def test_sticky_world_writable_directory_is_accepted(self, world: World) -> None:
+        """A world-writable directory with the sticky bit, like /tmp, may hold the socket."""
+        sticky = world.pubdir / "sticky"
+        sticky.mkdir()
+        sticky.chmod(0o1777)
+        world.start(mode="0660", socket=str(sticky / "verld.sock"))
+        st = os.stat(world.socket)
+        assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660
+        assert world.daemon is not None and world.daemon.status()["link"]["state"] == "up"
+
+
+def _answers(path: str, proc: subprocess.Popen[bytes]) -> bool:
+    """Whether something accepts connections at `path` (AssertionError once `proc` exited)."""
+    if proc.poll() is not None:
+        raise AssertionError(f"exited {proc.returncode} before listening")
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(path)
+    except OSError:
+        return False
+    return True
+
+
+def _stop_traced(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the program strace (`proc`) runs: SIGTERM to it, then strace ends with it."""
+    kids = [int(k) for k in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+    for pid in kids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        for pid in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    stop_process(proc)
+
+
+@needs_root
+class TestDaemonUid:
+    @pytest.mark.timeout(90)  # nobody_python may copy verld first
+    def test_the_daemons_own_uid_is_admin(self, sim: SimProc, pubdir: Path) -> None:
+        """verld run as uid 65534 makes a uid 65534 peer admin (lists exclude it): reload works."""
+        python = nobody_python()
+        os.chown(pubdir, NOBODY, NOBODY)  # verld's socket and lock go there
+        os.chmod(os.path.realpath(sim.link), 0o666)  # the pty's device end, for uid 65534
+        roles = {"observer": {"uids": [OTHER]}, "admin": {"uids": [OTHER]}}
+        config = write_config(pubdir, sim.link, {"api": {"mode": "0600", "roles": roles}})
+        config.chmod(0o644)
+        sock = str(pubdir / "verld.sock")
+        with open(pubdir / "verld.log", "wb") as log:
+            proc = subprocess.Popen([*AS_NOBODY, *python, "-m", "verld", "--config", str(config)],
+                                    stdout=log, stderr=subprocess.STDOUT, cwd="/")  # fmt: skip
+        peer: Peer | None = None
+        try:
+            wait_for(lambda: _answers(sock, proc), 45, "verld as uid 65534 to listen")
+            assert os.stat(sock).st_uid == NOBODY
+            peer = Peer(sock)  # uid 65534 too (mode 0600: only it and root get in)
+            hello = peer.ask("hello", client="own-uid")
+            assert (hello["ok"], hello["role"]) == (True, "admin"), hello
+            reply = peer.ask("reload")
+            assert (reply["ok"], reply["changed"]) == (True, []), reply
+        finally:
+            if peer is not None:
+                peer.close()
+            stop_process(proc)
+
+
+class TestSimImportPath:
+    @pytest.mark.timeout(60)
+    def test_sim_comes_up_from_a_directory_with_a_broken_verld_package(
+        self, tmp_path: Path
+    ) -> None:
+        """`device.port: sim` started in a directory holding a broken `verld/` package: link up."""
+        # verld itself runs with -P (as its console script would: the script's directory
+        # first, not the working directory); the sim it starts must not import ./verld.
+        work = tmp_path / "work"
+        (work / "verld").mkdir(parents=True)
+        (work / "verld" / "__init__.py").write_text("raise SystemExit('imported ./verld')\n")
+        config = write_config(tmp_path, "sim")
+        sock = str(tmp_path / "verld.sock")
+        with open(tmp_path / "verld.log", "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-P", "-m", "verld", "--config", str(config)],
+                                    cwd=work, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            wait_for(lambda: _answers(sock, proc), 30, "verld to listen")
+            with Client(sock, timeout=10) as c:
+                wait_for(lambda: c.status()["link"]["state"] == "up", 15, "the sim's link up")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{(tmp_path / 'verld.log').read_text()}") from None
+        finally:
+            assert stop_process(proc) == 0
+        assert "imported ./verld" not in (tmp_path / "verld.log").read_text()
 
 
 # --- hostile clients -------------------------------------------------------------------
@@ -616,7 +810,9 @@ WRONG_TYPES: list[tuple[dict[str, Any], str]] = [
     ),
     *_cases({"op": "unsubscribe"}, "topics", (True, 0, {}, [0], ["nope"], "nope")),
     *(({"op": op, "junk": [1, {"x": None}]}, "ok") for op in ("status", "metrics", "hello")),
-    ({**CALL, "timeout": 3600, "retry": 100, "junk": 1}, "ok"),
+    ({**CALL, "timeout": 600, "retry": 10, "junk": 1}, "ok"),
+    ({**CALL, "timeout": 601}, "bad_request"),
+    ({**CALL, "retry": 11}, "bad_request"),
     ({"op": "logs", "lines": 10**300}, "ok"),
 ]
 
@@ -1028,7 +1224,8 @@ class TestDenialOfService:
         # Regression: timeouts had no bound and in-flight calls outlived their client; with no
         # heartbeat while calls are outstanding, the device stayed wedged for everyone.
         sim = SimProc(tmp_path)
-        d = DaemonProc(write_config(tmp_path, sim.link, {"api": {"drain": 0.2}}))
+        cfg = {"api": {"drain": 0.2, "max_timeout": 3600}}
+        d = DaemonProc(write_config(tmp_path, sim.link, cfg))
         try:
             bad = d.client()
             sim.control("hang")

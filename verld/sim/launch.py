@@ -3,7 +3,9 @@
 The one place that knows how `python -m verld.sim` is invoked and what it prints
 once it serves (`READY <address>`, one line on stdout, then nothing more there):
 
-- `sim_command` builds the argv;
+- `sim_command` builds the argv (`python -P -m verld.sim`: `-P` keeps the working
+  directory off the import path, so nothing there can shadow verld or its
+  dependencies), `sim_env` the environment for it;
 - `parse_ready` turns the READY line into the address (a link path or
   `tcp://127.0.0.1:PORT`), or raises `SimError`;
 - `wait_ready` reads that line from a `subprocess.Popen` with a deadline;
@@ -28,6 +30,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import verld
 from verld.errors import ServeError
 
 READY = "READY"  #: the first word of the line verld-sim prints once it serves
@@ -50,13 +53,16 @@ def sim_command(
 ) -> list[str]:
     """The argv of one verld-sim; options left None are left to its defaults.
 
+    `-P`: the working directory is not put first on its import path (a `verld/` or
+    `serial.py` there is never imported); PYTHONPATH and the interpreter's own
+    site-packages still count (`sim_env` when verld is found through neither).
     `link`: the symlink to the pty's device end; `tcp`: listen on 127.0.0.1:PORT
     instead (0: any free port); `control`: the control socket's path. `extra_args`
     go last (faults, `--seed`, ...; see docs/sim.md for every option).
     """
     if link is not None and tcp is not None:
         raise ValueError("verld-sim takes --link or --tcp, not both")
-    argv = [python, "-m", "verld.sim"]
+    argv = [python, "-P", "-m", "verld.sim"]
     if link is not None:
         argv += ["--link", link]
     if tcp is not None:
@@ -69,6 +75,21 @@ def sim_command(
         argv += ["--control", control]
     argv += list(extra_args)
     return argv
+
+
+def sim_env() -> dict[str, str] | None:
+    """The environment for the verld-sim of `sim_command`: None (this process's) when the
+    directory this verld was imported from is on the import path the child gets too,
+    else this one with that directory first on PYTHONPATH (verld run from a checkout
+    not installed into its Python, found through the working directory `-P` leaves out,
+    or an editable install). Adds no trust: whoever may write that directory may
+    replace verld itself."""
+    root = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(verld.__file__))))
+    found = sys.path if sys.flags.safe_path else sys.path[1:]  # ([0]: script or cwd)
+    if root in {os.path.realpath(p) for p in found if p}:
+        return None
+    paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def parse_ready(line: str | bytes) -> str:
@@ -151,6 +172,7 @@ class SimChild:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdout=asyncio.subprocess.PIPE,
+                env=sim_env(),
                 preexec_fn=die_with_parent,
                 # Its own session: Ctrl-C on `make run` reaches verld, which then stops the
                 # sim itself after draining, instead of the sim vanishing first.

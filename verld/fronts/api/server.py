@@ -32,7 +32,7 @@ from verld.fronts.base import CannotServe, Core
 from verld.logs import RING, level_enabled
 from verld.ownership import Lock
 from verld.roles import role_for
-from verld.sockfile import claim_socket, clear_stale_socket, set_group
+from verld.sockfile import bind_socket, claim_socket, clear_stale_socket
 
 log = structlog.get_logger("verld.server")
 
@@ -95,12 +95,14 @@ class ApiServer:
         if self._lock is None:
             self._lock = claim_socket(path)
         clear_stale_socket(path)  # (a leftover: nobody holds its lock)
-        self._server = await loop.create_unix_server(self._new_conn, path=path)
-        st = os.stat(path)
-        self._owned_path = (path, st.st_dev, st.st_ino)
-        os.chmod(path, self.cfg.api.mode)  # after bind: correct under any umask
-        if self.cfg.api.group is not None:
-            set_group(path, self.cfg.api.group)
+        # mode and group given by fd, never by path (sockfile.bind_socket); listens below
+        sock, (dev, ino) = bind_socket(path, self.cfg.api.mode, self.cfg.api.group)
+        self._owned_path = (path, dev, ino)
+        try:
+            self._server = await loop.create_unix_server(self._new_conn, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
 
     def reload(self, cfg: Config, changed: list[str]) -> None:
         """The new settings; every connected client gets the role they give it
