@@ -124,3 +124,29 @@ def test_check_config_exits_2_on_an_open_entry(tmp_path: Path) -> None:
                          check=False, capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 2
     assert "network[0]" in out.stderr
+
+
+def test_an_ipv6_scope_id_in_allow_is_refused() -> None:
+    """allow: [fe80::1%lo/128] is an error saying to write it without the scope id."""
+    msg = errors(net('  - {listen: 127.0.0.1:4000, allow: ["fe80::1%lo/128"]}\n'))
+    assert "network[0].allow[0]" in msg and "scope id" in msg and "write fe80::1/128" in msg
+
+
+def test_an_ipv4_mapped_network_in_allow_is_refused() -> None:
+    """allow: [::ffff:127.0.0.1/128] (never matched) is an error giving the IPv4 form."""
+    msg = errors(net('  - {listen: "[::]:4000", allow: ["::ffff:127.0.0.1/128"]}\n'))
+    assert "IPv4-mapped" in msg and "write the IPv4 form 127.0.0.1/32" in msg
+    msg = errors(net('  - {listen: "[::]:4000", allow: ["::ffff:10.0.0.0/104"]}\n'))
+    assert "write the IPv4 form 10.0.0.0/8" in msg
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("cidr", ["fe80::1%lo/128", "::ffff:127.0.0.1/128"])
+def test_check_config_exits_2_on_an_allow_that_cannot_match(tmp_path: Path, cidr: str) -> None:
+    """verld --check-config exits 2 for a scoped or IPv4-mapped allow entry, naming it."""
+    path = tmp_path / "v.yaml"
+    path.write_text(net(f'  - {{listen: 127.0.0.1:4000, allow: ["{cidr}"]}}\n'))
+    out = subprocess.run([sys.executable, "-m", "verld", "--check-config", str(path)],
+                         check=False, capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 2
+    assert "network[0].allow[0]" in out.stderr and cidr in out.stderr

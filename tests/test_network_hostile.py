@@ -5,7 +5,8 @@ One verld (codec verl) with shared raw, RFC 2217, TLS and passthrough entries ta
 garbage (random bytes; telnet commands, negotiation and over-long subnegotiations
 anywhere, hypothesis-made), floods of valid requests, one-byte-at-a-time requests,
 connections that never read while the device sends events, TLS handshakes never
-finished, and 1000 idle connections against `max_connections: 8`. Meanwhile a
+finished, and 1000 idle connections against `max_connections: 8`; a verld of its own,
+with a low fd limit, takes a flood of never-finished handshakes. Meanwhile a
 well-behaved program on an entry of its own and an API client keep calling, and every
 reply must be theirs (the `good` fixture). After each test the daemon still answers,
 its fd count is back at its baseline, and `status.network[]` (`refused`, `ignored`,
@@ -14,6 +15,7 @@ its fd count is back at its baseline, and `status.network[]` (`refused`, `ignore
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import resource
@@ -64,7 +66,7 @@ class Hostile(NetRig):
 
     def __init__(self, tmp: Path) -> None:
         cert, key = throwaway_cert(tmp)
-        tls = {"name": "tls", "max_connections": 2, "tls": {"cert": str(cert), "key": str(key)}}
+        tls = {"name": "tls", "max_connections": 6, "tls": {"cert": str(cert), "key": str(key)}}
         # device.timeout 5 s: a reply the sim queues behind megabytes of its own events
         # (the event tests) still counts as an answer on a loaded machine
         overrides = {"device": {"timeout": 5.0}, "heartbeat": {"timeout": 2.0},
@@ -553,11 +555,12 @@ def client_hello() -> bytes:
     return out.read()
 
 
-def tls_client(rig: NetRig) -> ssl.SSLSocket:
+def tls_client(rig: NetRig, source: str = "127.0.0.2") -> ssl.SSLSocket:
+    """A TLS connection to entry `tls` from address `source`, its handshake done."""
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    sock = socket.create_connection(("127.0.0.1", rig.port("tls")), 5)
+    sock = socket.create_connection(("127.0.0.1", rig.port("tls")), 5, source_address=(source, 0))
     try:
         return ctx.wrap_socket(sock)
     except BaseException:
@@ -590,24 +593,27 @@ def closed_within(sock: socket.socket, timeout: float) -> bool:
 
 
 @pytest.mark.timeout(60)
-def test_unfinished_tls_handshakes_hold_no_slot_and_end_after_10_s(
+def test_unfinished_tls_handshakes_take_a_slot_and_end_after_10_s(
     hostile: Hostile, good: Good
 ) -> None:
-    """Silent, half and dribbled handshakes: TLS clients served meanwhile; closed at 10 s (tls)."""
+    """Stuck handshakes: each takes a slot, 4 per address; others served; closed at 10 s (tls)."""
+    # Entry `tls` has 6 slots: 127.0.0.1's 4 stuck handshakes (silent, half a ClientHello,
+    # dribbled) take 4 and its 5th is closed at accept (limit); 127.0.0.2 gets the other 2.
     row0 = hostile.entry("tls")
     hello = client_hello()
+    port = hostile.port("tls")
     stuck: list[socket.socket] = []
     stop = threading.Event()
     dribbler: threading.Thread | None = None
     served: list[ssl.SSLSocket] = []
     try:
         started = time.monotonic()
-        for i in range(8):  # 6 silent, 2 with half a ClientHello
-            s = socket.create_connection(("127.0.0.1", hostile.port("tls")), 5)
+        for i in range(3):  # 2 silent, 1 with half a ClientHello
+            s = socket.create_connection(("127.0.0.1", port), 5)
             stuck.append(s)
-            if i >= 6:
+            if i == 2:
                 s.sendall(hello[: len(hello) // 2])
-        slow = socket.create_connection(("127.0.0.1", hostile.port("tls")), 5)
+        slow = socket.create_connection(("127.0.0.1", port), 5)
         stuck.append(slow)
 
         def dribble() -> None:
@@ -621,16 +627,20 @@ def test_unfinished_tls_handshakes_hold_no_slot_and_end_after_10_s(
 
         dribbler = threading.Thread(target=dribble)
         dribbler.start()
+        with socket.create_connection(("127.0.0.1", port), 5) as fifth:  # (accepted in order)
+            assert closed_within(fifth, 5), "a 5th handshake from one address was not closed"
         for _ in range(2):  # not TLS at all: refused at once
-            with socket.create_connection(("127.0.0.1", hostile.port("tls")), 5) as plain:
+            with socket.create_connection(
+                ("127.0.0.1", port), 5, source_address=("127.0.0.2", 0)
+            ) as plain:
                 plain.sendall(b"GET / HTTP/1.0\r\n\r\n")
                 assert closed_within(plain, 5)
         wait_entry(hostile, "tls", lambda r: r["refused"].get("tls", 0) == 2 + row0["refused"].get(
             "tls", 0), what="the two plain clients refused")  # fmt: skip
-        for i in range(2):  # max_connections 2: the stuck handshakes hold none of them
+        for i in range(2):  # the 2 slots the stuck handshakes left
             served.append(tls_client(hostile))
             assert tls_call(served[-1], i + 1, b"tls") == b"\x00tls"
-        with pytest.raises((ssl.SSLError, OSError)):  # a third: refused at accept (limit)
+        with pytest.raises((ssl.SSLError, OSError)):  # a 7th: refused at accept (limit)
             extra = tls_client(hostile)
             extra.close()
         served.pop().close()
@@ -647,14 +657,144 @@ def test_unfinished_tls_handshakes_hold_no_slot_and_end_after_10_s(
         assert took >= 9.5, f"stuck handshakes closed after {took:.1f} s, before the 10 s"
         row = hostile.entry("tls")
         refused = {k: v - row0["refused"].get(k, 0) for k, v in row["refused"].items()}
-        assert refused == {"tls": 2 + 9, "limit": 1}, row
+        assert refused == {"tls": 2 + 4, "limit": 2}, row
         assert tls_call(served[0], 10, b"still") == b"\x00still"
+        with tls_client(hostile, "127.0.0.1") as again:  # 127.0.0.1's handshakes are gone
+            assert tls_call(again, 11, b"back") == b"\x00back"
     finally:
         stop.set()
         if dribbler is not None:
             dribbler.join(5)
         for s in [*stuck, *served]:
             s.close()
+
+
+# --- a flood of handshakes -----------------------------------------------------------------------
+
+SLOTS = 6  #: max_connections of the flooded entry
+NOFILE = 256  #: the flooded verld's fd limit (RLIMIT_NOFILE, set with prlimit)
+
+
+class Flood:
+    """`count` connects from 127.0.0.1 that never write, in a thread, for at most
+    `seconds`; each kept open till the end (as an attacker would: verld must close them)."""
+
+    def __init__(self, port: int, count: int = 600, seconds: float = 8.0) -> None:
+        self.port, self.count, self.seconds = port, count, seconds
+        self.made = self.failed = 0
+        self.took = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        held: list[socket.socket] = []
+        started = time.monotonic()
+        try:
+            while self.made + self.failed < self.count and not self._stop.is_set():
+                if time.monotonic() - started > self.seconds:
+                    break
+                try:
+                    held.append(socket.create_connection(("127.0.0.1", self.port), 1))
+                    self.made += 1
+                except OSError:
+                    self.failed += 1
+                self._stop.wait(0.004)
+        finally:
+            self.took = time.monotonic() - started
+            for s in held:
+                s.close()
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+
+def refusal_lines(rig: NetRig, name: str) -> list[dict[str, Any]]:
+    """verld's `network_refused` log lines (JSON) of entry `name`."""
+    found = []
+    for line in rig.daemon.log().splitlines():
+        if '"network_refused"' in line:
+            record = json.loads(line)
+            if record.get("name") == name:
+                found.append(record)
+    return found
+
+
+@pytest.mark.timeout(90)
+def test_a_flood_of_unfinished_handshakes_is_bounded(tmp_path: Path) -> None:
+    """600 never-writing connects, fds limited: fds bounded, others served, logs a line a second."""
+    # verld under RLIMIT_NOFILE 256, an entry with tls.ca and 6 slots; the flood comes from
+    # 127.0.0.1, the client with a certificate from 127.0.0.2. Afterwards fds and RSS are
+    # back at their level and every refusal is in the log's counts.
+    cert, key = throwaway_cert(tmp_path)  # (self-signed: its own CA, the client's too)
+    tls = {"cert": str(cert), "key": str(key), "ca": str(cert)}
+    rig = NetRig(tmp_path, [{"name": "ca", "max_connections": SLOTS, "tls": tls}],
+                 overrides={"log": {"level": "INFO", "format": "json"}})  # fmt: skip
+    flood: Flood | None = None
+    try:
+        d, port = rig.daemon, rig.port("ca")
+        ctx = ssl.create_default_context(cafile=str(cert))
+        ctx.check_hostname = False
+        ctx.load_cert_chain(str(cert), str(key))
+
+        def valid(seq: int) -> None:
+            raw = socket.create_connection(("127.0.0.1", port), 5, source_address=("127.0.0.2", 0))
+            with ctx.wrap_socket(raw) as s:
+                assert tls_call(s, seq, b"valid") == b"\x00valid"
+
+        def api_up() -> None:
+            with Client(d.socket, timeout=5) as api:
+                assert api.status()["link"]["state"] == "up"
+
+        for seq in range(1, 11):  # warm up the TLS and API paths
+            valid(seq)
+            api_up()
+        wait_entry(rig, "ca", lambda r: r["connections"] == 0)
+        fds0, rss0 = settled_fd_count(d), rss_kib(d.pid)
+        resource.prlimit(d.pid, resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+        flood = Flood(port)
+        peak, seq = 0, 100
+        while flood.running():
+            peak = max(peak, d.fd_count())
+            api_up()
+            seq += 1
+            valid(seq)
+            time.sleep(0.02)
+        flood.stop()
+        assert flood.made > 300, f"only {flood.made} connects made ({flood.failed} failed)"
+        assert peak <= fds0 + SLOTS + 3, f"{peak} fds during the flood (base {fds0})"
+        wait_for(lambda: d.fd_count() <= fds0, 15, lambda: f"fds back to {fds0} (now "
+                 f"{d.fd_count()})")  # fmt: skip
+        grown = rss_kib(d.pid) - rss0
+        assert grown < 4 * 1024, f"RSS grew by {grown} KiB"
+        row = wait_entry(rig, "ca", lambda r: r["connections"] == 0)
+        assert row["refused"].get("limit", 0) > 200, row
+        # each reason at most a line a second (the last one a second after the flood), and
+        # the lines' counts add up to every refusal
+        wait_for(lambda: _counted(refusal_lines(rig, "ca")) == rig.entry("ca")["refused"], 5,
+                 lambda: f"log counts {_counted(refusal_lines(rig, 'ca'))}")  # fmt: skip
+        lines = refusal_lines(rig, "ca")
+        for why in row["refused"]:
+            n = sum(1 for line in lines if line["why"] == why)
+            assert n <= flood.took + 3, f"{n} {why} lines in {flood.took:.1f} s"
+        api_up()
+        valid(1000)
+    finally:
+        if flood is not None:
+            flood.stop()
+        rig.stop()
+
+
+def _counted(lines: list[dict[str, Any]]) -> dict[str, int]:
+    """The refusals by why that log lines say (each line's `count`)."""
+    out: dict[str, int] = {}
+    for line in lines:
+        out[line["why"]] = out.get(line["why"], 0) + int(line.get("count", 1))
+    return out
 
 
 # --- keepalive ----------------------------------------------------------------------------------

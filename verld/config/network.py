@@ -21,20 +21,32 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def _cidr(item: Item) -> str:
-    """A client network: `192.168.1.0/24`, `::1/128`, or one address."""
+    """A client network: `192.168.1.0/24`, `::1/128`, or one address; no IPv6 scope id
+    (peers are matched by address alone) and no IPv4-mapped network (never matched:
+    IPv4 peers are compared as IPv4), each refused saying what to write instead."""
     text = leaves.string(item, "a network such as 192.168.1.0/24")
+    if "%" in text:
+        bare = re.sub(r"%[^/]*", "", text.strip())
+        raise BadValue(f"expected a network without an IPv6 scope id, got {text!r}: allow "
+                       f"matches addresses on every interface; write {bare}")  # fmt: skip
     try:
-        return str(ipaddress.ip_network(text.strip()))
+        net = ipaddress.ip_network(text.strip())
     except ValueError as exc:
         hint = ""
         try:
-            net = ipaddress.ip_network(text.strip(), strict=False)
-            hint = f"; did you mean {net}?"
+            hint = f"; did you mean {ipaddress.ip_network(text.strip(), strict=False)}?"
         except ValueError:
             pass
         raise BadValue(
             f"expected a network such as 192.168.1.0/24, got {text!r}: {exc}{hint}"
         ) from None
+    mapped = net.network_address.ipv4_mapped if net.version == 6 else None
+    if mapped is not None and net.prefixlen >= 96:
+        ipv4 = ipaddress.ip_network(f"{mapped}/{net.prefixlen - 96}")
+        raise BadValue(f"{text!r} is an IPv4-mapped IPv6 network, which never matches: "
+                       f"IPv4 clients (of a [::] listener too) are matched as IPv4; "
+                       f"write the IPv4 form {ipv4}")  # fmt: skip
+    return str(net)
 
 
 def _allow(item: Item) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from verld.config import Config
 from verld.config.model import host_port
 from verld.fronts.base import CannotServe, Core
 from verld.fronts.modbus.conn import ModbusConn, ModbusStats
+from verld.fronts.network.refusals import Refusals
 
 log = structlog.get_logger("verld.modbus")
 
@@ -35,6 +36,7 @@ class ModbusServer:
         self.core = core
         self.counts = core.front(self.name)
         self.stats = ModbusStats()
+        self._refusals = Refusals(log, "modbus_refused", key="reason")  #: a line a second
         self.conns: set[ModbusConn] = set()
         self.idle_timeout = 0.0  #: (set by `_configure`)
         self._servers: list[asyncio.AbstractServer] = []
@@ -162,6 +164,7 @@ class ModbusServer:
         if rebinding is not None:
             await rebinding
         await self._stop()
+        self._refusals.flush()
         bound, self._bound = self._bound, []
         for sock in bound:
             sock.close()
@@ -181,8 +184,8 @@ class ModbusServer:
     # --- connections -------------------------------------------------------------------------
     def attach(self, conn: ModbusConn) -> None:
         if len(self.conns) >= self.max_connections:
-            log.warning("modbus_refused", client=repr(conn), reason="max_connections",
-                        max_connections=self.max_connections)  # fmt: skip
+            self._refusals.refuse("max_connections", client=repr(conn),
+                                  max_connections=self.max_connections)  # fmt: skip
             conn.close()
             return
         self.conns.add(conn)

@@ -2,13 +2,18 @@
 
 Strategy: each listening socket has an accept task (`loop.sock_accept`), so a
 connection is judged before anything is spent on it: an address outside `allow`,
-a shared entry at `max_connections`, a passthrough entry while the port is held
-(by a connection or an `inhibit`) — each is closed at once, counted in `refused`
-by why and logged with the address. An accepted socket gets keepalive, then
-becomes a `NetConn` through `loop.connect_accepted_socket` (with the TLS handshake,
-given 10 s, when the entry has `tls`; a failed or late handshake is refused, why
-`tls`, and holds no slot meanwhile). A closed connection's figures are folded into
-the entry's totals, so `status` counts every connection the entry ever had.
+a shared entry at `max_connections`, a TLS entry with 4 handshakes in progress from
+that address, a passthrough entry while the port is held (by a connection or an
+`inhibit`) — each is closed at once, counted in `refused` by why and logged with the
+address (`refusals.Refusals`: at most a line a second per why). An accepted socket
+gets keepalive, then becomes a `NetConn` through `loop.connect_accepted_socket`
+(with the TLS handshake, given 10 s, when the entry has `tls`; a failed or late
+handshake is refused, why `tls`). Until it is made (`admit`) it is `_pending`, and
+pending ones count toward `max_connections` like connections: a handshake in
+progress holds an fd and the TLS layer's buffers (uvloop: 256 KiB each), so
+connects that never send a ClientHello can take no more than the entry's slots. A
+closed connection's figures are folded into the entry's totals, so `status` counts
+every connection the entry ever had.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import structlog
 from verld.config import Config, NetworkConfig
 from verld.fronts.network.access import allowed, host_of, keepalive, tls_context
 from verld.fronts.network.conn import NetConn
+from verld.fronts.network.refusals import Refusals
 from verld.fronts.network.relay import MODEM_POLL, Relay
 from verld.fronts.stream import Share
 
@@ -35,6 +41,8 @@ log = structlog.get_logger("verld.network")
 _COUNTS = ("calls", "ok", "dropped", "ignored", "bad_frames")
 #: seconds a TLS handshake may take before the connection is closed (why `tls`)
 HANDSHAKE_TIMEOUT = 10.0
+#: TLS handshakes one source address may have in progress (more: refused, why `limit`)
+SOURCE_HANDSHAKES = 4
 
 
 class Entry:
@@ -53,7 +61,10 @@ class Entry:
         self.address = conf.listen  #: where it listens, as bound
         self._accepting: list[asyncio.Task[None]] = []
         self._handshakes: set[asyncio.Task[None]] = set()
-        self.refused: dict[str, int] = {}
+        self._pending: dict[NetConn, str | None] = {}  #: not yet made → host if in _sources
+        self._sources: dict[str, int] = {}  #: handshakes in progress by host (TLS)
+        self._refusals = Refusals(log, "network_refused")
+        self.refused = self._refusals.counts
         self.bytes_in = self.bytes_out = 0
         self._totals: dict[str, Any] = {"calls": 0, "ok": 0, "failed": {}, "dropped": 0,
                                         "ignored": 0, "bad_frames": 0}  # fmt: skip
@@ -88,44 +99,65 @@ class Entry:
         if not allowed(self.conf, host):
             self._refuse(sock, peer, "allow")
             return
-        why = self._full()
+        why = self._full(host)
         if why is not None:
             self._refuse(sock, peer, why)
             return
         keepalive(sock)
-        task = self.loop.create_task(self._connect(sock, peer))
+        conn = NetConn(self, peer)
+        self._pending[conn] = host if self.ssl is not None else None
+        if self.ssl is not None:
+            self._sources[host] = self._sources.get(host, 0) + 1
+        task = self.loop.create_task(self._connect(sock, conn))
         self._handshakes.add(task)
         task.add_done_callback(self._handshakes.discard)
 
-    def _full(self) -> str | None:
-        """Why a new connection cannot be served now (None: it can)."""
-        if self.conf.mode == "passthrough":
-            return "busy" if self.conns or self.core.holder is not None else None
-        return "limit" if len(self.conns) >= self.conf.max_connections else None
+    def _full(self, host: str | None = None) -> str | None:
+        """Why a new connection (from `host`: its handshakes in progress count too)
+        cannot be served now (None: it can)."""
+        if self.conf.mode == "passthrough" and (self.conns or self.core.holder is not None):
+            return "busy"
+        taken = len(self._pending) + (0 if self.conf.mode == "passthrough" else len(self.conns))
+        if taken >= self.conf.max_connections:
+            return "limit"
+        if host is not None and self._sources.get(host, 0) >= SOURCE_HANDSHAKES:
+            return "limit"
+        return None
+
+    def _made(self, conn: NetConn) -> None:
+        """`conn` is no longer pending (made, or its handshake failed)."""
+        host = self._pending.pop(conn, None)
+        if host is not None:
+            left = self._sources.pop(host) - 1
+            if left > 0:
+                self._sources[host] = left
 
     def _refuse(self, sock: socket.socket | None, peer: str, why: str, error: str = "") -> None:
-        self.refused[why] = self.refused.get(why, 0) + 1
-        log.warning("network_refused", name=self.label, peer=peer, why=why,
-                    **({"error": error} if error else {}))  # fmt: skip
+        self._refusals.refuse(why, name=self.label, peer=peer,
+                              **({"error": error} if error else {}))  # fmt: skip
         if sock is not None:
             sock.close()
 
-    async def _connect(self, sock: socket.socket, peer: str) -> None:
+    async def _connect(self, sock: socket.socket, conn: NetConn) -> None:
         try:
             if self.ssl is None:
-                await self.loop.connect_accepted_socket(lambda: NetConn(self, peer), sock)
+                await self.loop.connect_accepted_socket(lambda: conn, sock)
             else:
                 await self.loop.connect_accepted_socket(
-                    lambda: NetConn(self, peer), sock, ssl=self.ssl,
+                    lambda: conn, sock, ssl=self.ssl,
                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT)  # fmt: skip
         except (OSError, ssl.SSLError, TimeoutError, EOFError) as exc:
-            self._refuse(sock, peer, "tls" if self.ssl is not None else "error", str(exc) or
+            self._refuse(sock, conn.peer, "tls" if self.ssl is not None else "error", str(exc) or
                          type(exc).__name__)  # fmt: skip
+        finally:
+            self._made(conn)
 
     # --- connections ----------------------------------------------------------------------------
     def admit(self, conn: NetConn) -> bool:
         """A connection is made (after its TLS handshake): take it, or close it when
-        the entry filled up meanwhile."""
+        the entry filled up meanwhile (a reload lowered `max_connections`, the port
+        was taken)."""
+        self._made(conn)
         why = self._full()
         if why is not None:
             self._refuse(None, conn.peer, why)
@@ -204,6 +236,7 @@ class Entry:
         for task in self._handshakes:
             task.cancel()
         self.close_conns(reason)
+        self._refusals.flush()
         for sock in self.socks:
             if self.passed:
                 sock.detach()
