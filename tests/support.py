@@ -110,6 +110,22 @@ def _readable_copy() -> Path:
     return top
 
 
+def _readable_prefix() -> Path:
+    """This Python's installation (`sys.base_prefix`) where every user may read it:
+    hard links in a new directory (a copy across filesystems), removed at exit. The
+    interpreter finds its library through LD_LIBRARY_PATH and its stdlib beside it."""
+    top = Path(tempfile.mkdtemp(prefix="verld-python-"))
+    atexit.register(shutil.rmtree, top, ignore_errors=True)
+    top.chmod(0o755)
+    prefix = top / "python"
+    link = ["cp", "-al", sys.base_prefix, str(prefix)]
+    linked = subprocess.run(link, capture_output=True, timeout=120, check=False)
+    if linked.returncode != 0:
+        shutil.rmtree(prefix, ignore_errors=True)
+        shutil.copytree(sys.base_prefix, prefix, symlinks=True)
+    return prefix
+
+
 @functools.cache
 def _nobody_python() -> list[str] | str:
     """The `nobody_python` command, or why there is none."""
@@ -133,6 +149,15 @@ def _nobody_python() -> list[str] | str:
         if why_not is None:
             return [*env, python]
         tried.append(f"{python}: {why_not}")
+    # No Python of this version outside the closed directory (pyenv's 3.12 and 3.13 under
+    # a 0700 /root): the interpreter's own tree, linked where nobody may read it.
+    prefix = _readable_prefix()
+    python = str(prefix / "bin" / version)
+    command = [*env, f"LD_LIBRARY_PATH={prefix / 'lib'}", python]
+    why_not = _imports_as_nobody(command)
+    if why_not is None:
+        return command
+    tried.append(f"{python}: {why_not}")
     return ("uid 65534 cannot import verld from this checkout (a directory on the way, such "
             "as a 0700 home, is closed to other users), nor from a readable copy with any "
             f"{version} it may run: " + "; ".join(tried))  # fmt: skip

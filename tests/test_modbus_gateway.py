@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -362,10 +363,14 @@ def test_sigterm_during_a_rebind_awaits_it(tmp_path: Path) -> None:
 def test_listen_without_a_modbus_codec_is_a_config_error(tmp_path: Path) -> None:
     """`modbus.listen` with codec verl: --check-config says why, exit 2."""
     config = write_config(tmp_path, "sim", {"modbus": {"listen": "127.0.0.1:1502"}})
+    verld = Path(sys.executable).parent / "verld"  # the running interpreter's own script
     out = subprocess.run(
-        [str(Path(__file__).parent.parent / ".venv/bin/verld"), "--check-config", str(config)],
-        capture_output=True, text=True, timeout=20, check=False,
-    )  # fmt: skip
+        [str(verld), "--check-config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
     assert out.returncode == 2
     assert "modbus.listen: the Modbus TCP server needs device.codec modbus-rtu" in out.stderr
 

@@ -169,7 +169,7 @@ class Peer:
             f"--reuid={uid}",
             f"--regid={gid}",
             "--clear-groups",
-            sys.executable,
+            *nobody_python(),  # (a Python another uid may run; -I: the stdlib only)
             "-I",
             "-c",
             PEER,

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -88,8 +90,8 @@ class ApiServer:
 
     async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._passed is not None:
-            self._server = await loop.create_unix_server(self._new_conn, sock=self._passed)
+        if self._passed is not None:  # systemd's: its file is never verld's to remove
+            self._server = await _unix_server(loop, self._new_conn, self._passed)
             return
         path = self.cfg.api.socket
         if self._lock is None:
@@ -99,7 +101,7 @@ class ApiServer:
         sock, (dev, ino) = bind_socket(path, self.cfg.api.mode, self.cfg.api.group)
         self._owned_path = (path, dev, ino)
         try:
-            self._server = await loop.create_unix_server(self._new_conn, sock=sock)
+            self._server = await _unix_server(loop, self._new_conn, sock)
         except BaseException:
             sock.close()
             raise
@@ -244,3 +246,18 @@ class ApiServer:
             "inhibit": self.core.holder,
             "inhibits": self.core.inhibits,
         }
+
+
+async def _unix_server(
+    loop: asyncio.AbstractEventLoop, factory: Callable[[], asyncio.Protocol], sock: socket.socket
+) -> asyncio.Server:
+    """A server on the listening Unix socket `sock` that leaves its file alone when it
+    closes. Python 3.13's loops (and uvloop's since 0.21) unlink it by default: that
+    would remove systemd's socket under activation, and verld removes its own itself,
+    only while it is still the file it bound."""
+    if sys.version_info >= (3, 13):
+        try:
+            return await loop.create_unix_server(factory, sock=sock, cleanup_socket=False)
+        except TypeError:  # (a loop without the keyword: one that does not unlink)
+            pass
+    return await loop.create_unix_server(factory, sock=sock)
