@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint check clean
+.PHONY: run test test-all test-pythons lint check clean
 
 # The `fast` extra's cobs builds a C extension where no wheel fits: without a compiler
 # verld runs on its own COBS code (the same bytes), so a failed build stops nothing.
@@ -25,15 +25,24 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
+# The suite on Python 3.11, 3.12 and 3.13 and the MQTT tests on paho-mqtt 1.6.1, each in
+# its own virtualenv under .nox/ (noxfile.py says how it finds pyenv's interpreters);
+# test-pythons: what `make test` leaves out of that (CI runs both).
+test-all: $(STAMP)
+	$(BIN)/nox
+
+test-pythons: $(STAMP)
+	$(BIN)/nox -s tests-3.12 tests-3.13 mqtt_paho16
+
 lint: $(STAMP)
-	$(BIN)/ruff check verld tests tools
-	$(BIN)/ruff format --check verld tests tools
+	$(BIN)/ruff check verld tests tools noxfile.py
+	$(BIN)/ruff format --check verld tests tools noxfile.py
 	$(BIN)/mypy
 
 check: lint test
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .nox build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
 
 # `make install [PREFIX=/usr/local] [DESTDIR=]`: the package and its console scripts
 # (pip, for $(PYTHON)), then the systemd units, udev rule, sysusers and tmpfiles

@@ -22,10 +22,8 @@ processes it started, by pid.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import struct
-import subprocess
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -33,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from neighbours import Answer, Answers, Payload, port_request
+from pki import self_signed
 
 from verld.codec.telnet import ComPort, Data, Telnet, escape
 from verld.testing import DaemonProc, SimProc, wait_for, write_config
@@ -73,17 +71,8 @@ def free_ports(n: int) -> list[int]:
 
 
 def throwaway_cert(tmp: Path) -> tuple[Path, Path]:
-    """A self-signed P-256 certificate and its key for a day: (cert, key)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed")
-    key, cert = tmp / "k.pem", tmp / "c.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-subj", "/CN=test", "-days", "1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
-    return cert, key
+    """A self-signed P-256 certificate and its key for a day: (cert, key) (tests/pki.py)."""
+    return self_signed(tmp)
 
 
 def keepalive_timers(local_port: int) -> dict[int, tuple[int, float]]:

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import serial
 import yaml
+from pki import Pki
 from support import free_port
 
 from verld.codec.base import Kind
@@ -275,41 +276,23 @@ def test_client_outside_allow_is_refused(line: Rig) -> None:
     assert line.d.status()["link"]["state"] == "up"
 
 
-def _ca(tmp: Path) -> dict[str, Path]:
-    """A throwaway CA, a server certificate and a client certificate (openssl)."""
-    files = {k: tmp / f"{k}.pem" for k in ("ca", "cakey", "cert", "key", "ccert", "ckey")}
-
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    run("req", "-x509", *ec, "-subj", "/CN=test-ca", "-days", "1",
-        "-keyout", str(files["cakey"]), "-out", str(files["ca"]))  # fmt: skip
-    for cert, key, cn in (("cert", "key", "127.0.0.1"), ("ccert", "ckey", "bench-client")):
-        csr = tmp / f"{cert}.csr"
-        run("req", *ec, "-subj", f"/CN={cn}", "-keyout", str(files[key]), "-out", str(csr))
-        ca = ("-CA", str(files["ca"]), "-CAkey", str(files["cakey"]), "-CAcreateserial")
-        run("x509", "-req", "-in", str(csr), *ca, "-days", "1", "-out", str(files[cert]))
-    return files
-
-
 def test_tls_with_client_certificates(tmp_path: Path) -> None:
     """TLS with ca: a client with a certificate is served; one without is refused (tls)."""
-    f = _ca(tmp_path)
-    tls = {"cert": str(f["cert"]), "key": str(f["key"]), "ca": str(f["ca"])}
+    pki = Pki(tmp_path / "pki")  # (tests/pki.py: what strict verification wants)
+    (cert, key), (ccert, ckey) = pki.server(), pki.client()
+    tls = {"cert": str(cert), "key": str(key), "ca": str(pki.ca)}
     rig = Rig(tmp_path, "line", [{"name": "tls", "tls": tls}])
     try:
-        ctx = ssl.create_default_context(cafile=str(f["ca"]))
-        ctx.check_hostname = False  # (the server's certificate names no address)
-        ctx.load_cert_chain(str(f["ccert"]), str(f["ckey"]))
+        ctx = ssl.create_default_context(cafile=str(pki.ca))
+        ctx.verify_flags |= ssl.VERIFY_X509_STRICT  # (Python 3.13's default, on every Python)
+        ctx.load_cert_chain(str(ccert), str(ckey))
         with (
             socket.create_connection(("127.0.0.1", rig.ports[0])) as raw,
             ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s,
         ):
             s.sendall(b"ECHO secret\n")
             assert recv_until(s, b"\n") == b"secret\n"
-        bare = ssl.create_default_context(cafile=str(f["ca"]))
-        bare.check_hostname = False
+        bare = ssl.create_default_context(cafile=str(pki.ca))
         with socket.create_connection(("127.0.0.1", rig.ports[0])) as raw:
             try:  # (TLS 1.3: the refusal comes after the client's side of the handshake)
                 with bare.wrap_socket(raw, server_hostname="127.0.0.1") as s:

@@ -4,7 +4,11 @@ Strategy: plain functions over the entry's config, no state. `allowed` matches a
 peer address against `allow` (an IPv4 client of a dual-stack `[::]` listener comes
 as `::ffff:a.b.c.d` and is matched as IPv4); `tls_context` reads the entry's PEM
 files once (at start, at reload) into a server context, TLS 1.2 or later, client
-certificates required when `ca` is set; `keepalive` makes a vanished peer found
+certificates required when `ca` is set and verified strictly (`VERIFY_X509_STRICT`, RFC
+5280's rules, on every Python: 3.13's default context has it, a bare one has not);
+`handshake_error` is a failed handshake's text for the log, with what a certificate
+lacks when strict verification refused it ("the client's CA certificate lacks
+keyUsage"); `keepalive` makes a vanished peer found
 within about a minute, so a half-open connection cannot hold a slot (or the port)
 for ever.
 """
@@ -53,6 +57,7 @@ def tls_context(entry: NetworkConfig) -> ssl.SSLContext | None:
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.verify_flags |= ssl.VERIFY_X509_STRICT
     try:
         ctx.load_cert_chain(tls.cert, tls.key)
     except (OSError, ssl.SSLError) as exc:
@@ -72,6 +77,36 @@ def _why(exc: OSError) -> str:
     if isinstance(exc, ssl.SSLError):
         return str(exc.reason or exc)
     return exc.strerror or str(exc)
+
+
+#: what strict verification (RFC 5280) found missing, by OpenSSL's verify message
+STRICT_REASONS = {
+    "CA cert does not include key usage extension": "CA certificate lacks keyUsage",
+    "Basic Constraints of CA cert not marked critical": (
+        "CA certificate's basicConstraints is not critical"
+    ),
+    "Missing Subject Key Identifier": "CA certificate lacks subjectKeyIdentifier",
+    "Missing Authority Key Identifier": "certificate lacks authorityKeyIdentifier",
+    "invalid CA certificate": "CA certificate is no CA (basicConstraints CA:TRUE, keyCertSign)",
+    "unsuitable certificate purpose": (
+        "certificate's extendedKeyUsage is for another use (clientAuth, serverAuth)"
+    ),
+}
+
+
+def handshake_error(exc: BaseException, whose: str = "client") -> str:
+    """A failed TLS handshake's text for a log line: the error's own (a certificate
+    refused: OpenSSL's verify message in it), then, when strict verification refused
+    it, what the certificates lack: "...; the client's CA certificate lacks keyUsage
+    (strict verification, RFC 5280)". `whose`: the peer whose certificate it was."""
+    text = str(exc) or type(exc).__name__
+    message = getattr(exc, "verify_message", None)
+    if not isinstance(exc, ssl.SSLCertVerificationError) or not message:
+        return text
+    if message not in text:
+        text = f"{text}: {message}"
+    lacks = STRICT_REASONS.get(message)
+    return f"{text}; the {whose}'s {lacks} (strict verification, RFC 5280)" if lacks else text
 
 
 def keepalive(sock: socket.socket) -> None:

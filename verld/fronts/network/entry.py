@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from verld.config import Config, NetworkConfig
-from verld.fronts.network.access import allowed, host_of, keepalive, tls_context
+from verld.fronts.network.access import (
+    allowed,
+    handshake_error,
+    host_of,
+    keepalive,
+    tls_context,
+)
 from verld.fronts.network.conn import NetConn
 from verld.fronts.network.refusals import Refusals
 from verld.fronts.network.relay import MODEM_POLL, Relay
@@ -147,8 +153,8 @@ class Entry:
                     lambda: conn, sock, ssl=self.ssl,
                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT)  # fmt: skip
         except (OSError, ssl.SSLError, TimeoutError, EOFError) as exc:
-            self._refuse(sock, conn.peer, "tls" if self.ssl is not None else "error", str(exc) or
-                         type(exc).__name__)  # fmt: skip
+            self._refuse(sock, conn.peer, "tls" if self.ssl is not None else "error",
+                         handshake_error(exc))  # fmt: skip
         finally:
             self._made(conn)
 

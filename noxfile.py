@@ -1,0 +1,62 @@
+"""The suite on every Python verld supports, and on the oldest paho-mqtt it accepts.
+
+`make test` runs the suite once, on the default `python3`. These sessions run it on
+each Python CI tests, each in its own virtualenv under `.nox/` (`make test-all`, or
+`.venv/bin/nox -s tests-3.13` for one):
+
+- `tests-3.11`, `tests-3.12`, `tests-3.13`: the whole suite (two workers, a test file
+  per worker at a time, as `make test`), with the `test` and `mqtt` extras;
+- `mqtt_paho16`: the MQTT bridge's tests on paho-mqtt 1.6.1, Debian 12's
+  `python3-paho-mqtt`, which the Debian package runs verld-mqtt on.
+
+nox rather than tox: the sessions are Python (the paho pin is one line, and a later
+session for a compiled build is another function), and it needs no plugin to find
+interpreters. pyenv's versions (`$PYENV_ROOT/versions/3.X.*`), as this project's machines carry
+them, come first on PATH; elsewhere `python3.X` on PATH is used.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import nox
+
+PYTHONS = ["3.11", "3.12", "3.13"]
+#: the MQTT bridge's tests (run again on paho-mqtt 1.6.1)
+MQTT_TESTS = sorted(glob.glob("tests/test_mqtt_*.py"))
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = [*(f"tests-{v}" for v in PYTHONS), "mqtt_paho16"]
+
+
+def _pyenv_on_path() -> None:
+    """pyenv's interpreters of the versions above first on PATH (its shims of versions
+    not selected fail when run, so PATH alone cannot tell)."""
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    extra = []
+    for version in PYTHONS:
+        found = sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin")))
+        if found:
+            extra.append(found[-1])  # the newest patch release
+    if extra:
+        os.environ["PATH"] = os.pathsep.join([*extra, os.environ.get("PATH", "")])
+
+
+_pyenv_on_path()
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """The whole suite on one Python."""
+    session.install("-e", ".[test,mqtt]")
+    args = session.posargs or ["-q", "-n", "2", "--dist", "loadfile"]
+    session.run("python", "-m", "pytest", *args)
+
+
+@nox.session(python="3.11")
+def mqtt_paho16(session: nox.Session) -> None:
+    """verld-mqtt's tests on paho-mqtt 1.6.1 (Debian 12's python3-paho-mqtt)."""
+    session.install("-e", ".[test]", "paho-mqtt==1.6.1")
+    session.run("python", "-c", "import paho.mqtt; assert paho.mqtt.__version__ == '1.6.1'")
+    session.run("python", "-m", "pytest", "-q", *(session.posargs or MQTT_TESTS))
