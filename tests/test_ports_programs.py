@@ -34,9 +34,9 @@ pytestmark = pytest.mark.timeout(60)
 DOC = Path(__file__).resolve().parent.parent / "docs" / "ports.md"
 #: the sim's GPS position (docs/sim.md, "GPS mode")
 LAT, LON = 48.1173, 11.5167
-#: how picocom is run on a port (docs/ports.md, session 1): Enter sends CR, --omap crlf
-#: makes it CR LF (one line to verld); --imap lfcrlf shows the device's LF as a new line
-PICOCOM_OPTS = ("-q", "--omap", "crlf", "--imap", "lfcrlf", "-b", "115200")
+#: how picocom is run on a port (docs/ports.md, session 1): Enter sends CR, which ends a
+#: program's line; --imap lfcrlf shows the device's LF as a new line
+PICOCOM_OPTS = ("-q", "--imap", "lfcrlf", "-b", "115200")
 #: a pyserial program: COUNT `ECHO TAG-i` requests, a little apart; prints its replies
 ECHO_SCRIPT = """
 import json, sys, time

@@ -138,6 +138,17 @@ class TestResync:
         rig.wire.deliver(b"12.345\n")
         assert rig.session.link.late == 1
 
+    def test_a_late_line_and_the_pings_answer_in_one_read(self) -> None:
+        """The late line and the ping's answer read together: one late, the ping answered."""
+        rig = up()
+        timed_out(rig)
+        rig.clock.advance(0.11)
+        written(rig)
+        waiting = rig.call(b"VOLT?")
+        rig.wire.deliver(b"SECRET\n" + IDN + b"\n")
+        assert rig.session.link.late == 1 and rig.events == []
+        assert written(rig) == [b"VOLT?"] and waiting == []
+
     def test_an_event_during_a_resync_is_an_event(self) -> None:
         """A line matching `event` during a resync goes out as an event, not late."""
         rig = up()
@@ -174,7 +185,20 @@ class TestResync:
         rig.wire.deliver(IDN + b"\n")  # one answer of two
         rig.clock.advance(0.5)
         assert written(rig) == [b"*IDN?"]
-        assert rig.session.link.consecutive_timeouts == 1  # (the answer that came reset them)
+
+    def test_a_device_that_lost_a_pings_answer_is_reopened(self) -> None:
+        """Answers owed that never come, `misses` times, drop the link (a reopen resyncs)."""
+        rig = up()
+        timed_out(rig)
+        rig.clock.advance(0.11)
+        rig.clock.advance(0.5)  # the first ping's answer is lost
+        rig.clock.advance(0.11)
+        assert written(rig) == [b"*IDN?", b"*IDN?"]
+        for n in range(3):  # every later ping answered, one answer always owed
+            rig.wire.deliver(IDN + b"\n")
+            rig.clock.advance(0.5)
+            assert written(rig) == ([b"*IDN?"] if n < 2 else [])
+        assert rig.lost == 1 and "out of step" in rig.session.link.reason
 
     def test_pings_unanswered_misses_times_declare_the_link_dead(self) -> None:
         """A device that stopped answering: `misses` pings of the resync drop the link."""

@@ -110,6 +110,7 @@ class Link:
         self.resyncing = False
         self.resync_pings = 0  #: pings sent in this resync
         self.resync_answers = 0  #: lines that answered them so far
+        self._stalls = 0  #: times in this resync no answer owed came within a ping's timeout
         #: lines dropped as late answers (after a timeout, in a resync): `status.link.late`
         self.late = 0
         #: lines dropped in a no-reply call's quiet time: `status.link.unexpected`
@@ -274,7 +275,11 @@ class Link:
         return self.silent_calls >= self.misses
 
     def dead_reason(self) -> str:
-        """Why the last `timed_out` declared the link dead."""
+        """Why the last `timed_out` (or `resync_stalled`) declared the link dead."""
+        if self.resyncing and self._stalls >= self.misses:
+            owed = self.resync_pings - self.resync_answers
+            pings = self.resync_pings
+            return f"device out of step ({owed} of {pings} pings never answered in a resync)"
         if self.consecutive_timeouts >= self.misses:
             return f"device not answering ({self.consecutive_timeouts} pings in a row)"
         return (f"device not answering ({self.silent_calls} calls in a row timed out "
@@ -287,7 +292,7 @@ class Link:
         only pings go out."""
         if not self.resyncing:
             self.resyncing = True
-            self.resync_pings = self.resync_answers = 0
+            self.resync_pings = self.resync_answers = self._stalls = 0
 
     def resync_ping(self) -> None:
         """A ping of the resync went out."""
@@ -303,10 +308,11 @@ class Link:
         return True
 
     def resync_stalled(self) -> bool:
-        """No answer came for the pings still owed within a ping's timeout: a miss;
-        True when that makes the link dead."""
-        self.consecutive_timeouts += 1
-        return self.consecutive_timeouts >= self.misses
+        """No answer came for the pings still owed within a ping's timeout: a miss,
+        whatever the other pings' answers said (they are what is out of step); True
+        when `misses` of them make the link dead (a reopen puts it in step)."""
+        self._stalls += 1
+        return self._stalls >= self.misses
 
     def late_lines(self, count: int) -> None:
         """Lines dropped as late answers (counted; logged once per resync)."""

@@ -54,6 +54,7 @@ class Receiving:
     _sweep: Alarm
     _heard: Callable[[], None] | None
     _quiet_feed: Callable[[bytes], tuple[list[Inbound], int]] | None
+    _feed_replies: Callable[[bytes], list[Inbound]] | None
     resyncs: bool
     expect: re.Pattern[str] | None
     _on_event: EventSink
@@ -116,7 +117,8 @@ class Receiving:
         """Lines while the link is out of step (a resync) or a ping awaits `expect`:
         a line that answers the ping (matches `expect`; without it, is no error) ends
         it; every other line that is not an event is a late answer, dropped."""
-        frames = self.codec.feed(data, True)  # (every line not an event is a "reply")
+        assert self._feed_replies is not None  # (`resyncs` only where the codec has it)
+        frames = self._feed_replies(data)  # (every line not an event is a "reply")
         kept: list[Inbound] = []
         link, expect = self.link, self.expect
         ping = self.window.first()

@@ -77,6 +77,7 @@ class Session(Receiving):
         self.expect: re.Pattern[str] | None = None
         #: the codec sorts lines in a quiet time (events kept, the rest dropped)
         self._quiet_feed: Callable[[bytes], tuple[list[Inbound], int]] | None = None
+        self._feed_replies: Callable[[bytes], list[Inbound]] | None = None
         self.stats = Stats()
         self.counters = self.stats.counters
         self.queue = FairQueue(cfg.api.queue_limit, cfg.api.client_queue)
@@ -131,6 +132,8 @@ class Session(Receiving):
             self.queue = queue
         self._screen, self._heard, self._clear = line.screen, line.heard, line.clear
         self._quiet_feed = getattr(self.codec, "quiet_feed", None) if spec.quiet else None
+        #: every reply in a read, none taken for an event (a link out of step: `line`)
+        self._feed_replies = getattr(self.codec, "feed_replies", None)
         self._set_ping()
 
     def _set_ping(self) -> None:
@@ -140,8 +143,13 @@ class Session(Receiving):
         self.ping_payload = spec.device_ping(cfg)
         expect = cfg.heartbeat.expect
         self.expect = re.compile(expect) if expect is not None and spec.text else None
-        self.resyncs = (spec.text and not self.codec.pipelined and not self.line.turns
-                        and self.ping_payload is not None)  # fmt: skip
+        self.resyncs = (
+            spec.text
+            and not self.codec.pipelined
+            and not self.line.turns
+            and self.ping_payload is not None
+            and getattr(self.codec, "feed_replies", None) is not None
+        )
 
     def set_taps(self, traffic: TrafficTap | None, wire: WireTap | None) -> None:
         """Decoded frames and raw bytes each way to the taps (None: off, costs nothing)."""

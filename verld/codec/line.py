@@ -151,6 +151,14 @@ class LineCodec:
 
     def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
         """The reply (if one is awaited and now complete) and events decoded from `data`."""
+        return self._feed(data, awaiting_reply, every=False)
+
+    def feed_replies(self, data: bytes) -> list[Inbound]:
+        """Every reply in `data` (each line, or each group up to `end`), and events:
+        for a link out of step, where each may be a late answer or the ping's."""
+        return self._feed(data, True, every=True)
+
+    def _feed(self, data: bytes, awaiting_reply: bool, every: bool) -> list[Inbound]:
         if not awaiting_reply:
             self._drop_reply()  # the call it belonged to is over
         messages = []
@@ -162,7 +170,7 @@ class LineCodec:
             reply = self._add_to_reply(raw, text)
             if reply is not None:
                 messages.append(reply)
-                awaiting_reply = False  # one call outstanding: the rest are events
+                awaiting_reply = every  # one call outstanding: the rest are events
         self.bad_frames = self._splitter.bad_frames + self._overlong_replies
         return messages
 
