@@ -18,7 +18,13 @@ hurt another. A **case** is a codec variant × a front × a neighbour behaviour:
   `api.client_queue`, in flight, and more), `lease` (API only: a lease of
   `api.lease_max`, taken again as soon as it ends), `slow_reader` (reads nothing
   while replies and events pile up), `churn` (connect/disconnect as fast as it can),
-  `abrupt` (calls in flight, then an abrupt close).
+  `abrupt` (calls in flight, then an abrupt close); and on `line` and `length` only
+  (`TEXT_BEHAVIOURS`: the codecs without request ids, which take `reply: false`):
+  `late_answer` (requests the device answers after the call's timeout: a short
+  `timeout` of its own on the API and MQTT, `device.timeout` on a port) and
+  `no_reply` (set commands that get no answer: `reply: false`, or on `line`
+  `device.line.no_reply` matching `SET `; not on a `length` port, where nothing can
+  say so).
 
 The neighbour and the good client use the same front. `run_case` runs the neighbour
 (in a thread with an event loop of its own, so its busy loops cannot stall the good
@@ -35,6 +41,13 @@ register and a read back on the Modbus codecs), and counts:
   with silence or a gateway exception, so there a missing answer is lost too;
 - **dropped**: link `down` events and generation changes during the case;
 - the latency of every call (p50, p99, max), measured, never asserted.
+
+For `no_reply` the neighbour's commands are judged too: a subscriber of verld's
+`traffic` tap counts each one written to the device, and one written twice is
+**duplicated** (not clean); one answered `ok` on the API or MQTT but never written is a
+problem. verld's own counts during the case (`timeouts`, `stale`, the late lines
+dropped, `status.link.late`, and the lines dropped after a no-reply call,
+`status.link.unexpected`) go to the report.
 
 `Rig` is one variant's processes: verld-sim, verld with every front configured (two
 virtual ports, the good client's with `events: false` and the neighbour's; the Modbus
@@ -54,6 +67,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import secrets
 import socket
 import struct
@@ -97,6 +111,17 @@ __all__ = [
 # --- the settings every rig runs with ---------------------------------------------------
 
 TIMEOUT = 0.5  #: device.timeout: one try (retry 0)
+#: the late answerer's own `timeout` on the API and MQTT (on a port device.timeout holds)
+LATE_TIMEOUT = 0.1
+#: the late answerer's delays (ms), by (on a port, with a ping): past its timeout, and as
+#: late as verld promises to keep them off the next call. Without a ping that is the quiet
+#: time after a try that ran out (until device.timeout after the write, or the guard after
+#: the timeout); later is the documented gap (docs/config.md: set heartbeat.payload).
+#: With a ping the link resyncs after that time: later answers too, while the pings of
+#: the resync (heartbeat.timeout each, `misses` of them) keep the link.
+LATE_MS = {(False, False): (200, 300, 400), (False, True): (300, 750),
+           (True, False): (520,), (True, True): (750,)}  # fmt: skip
+NO_REPLY = "^SET "  #: device.line.no_reply on line: the set commands' prefix
 GUARD = 0.1  #: device.guard
 CLIENT_QUEUE = 16  #: api.client_queue: one client's share, small so a flood is cheap
 LEASE_MAX = 2  #: api.lease_max
@@ -128,7 +153,11 @@ BEHAVIOURS = (
     "slow_reader",
     "churn",
     "abrupt",
+    "late_answer",
+    "no_reply",
 )
+#: behaviours only on `line` and `length` (no request ids; `reply: false` is theirs)
+TEXT_BEHAVIOURS = ("late_answer", "no_reply")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,14 +218,22 @@ def fronts_of(variant: str) -> tuple[str, ...]:
     return tuple(f for f in FRONTS if f != "modbus")
 
 
-def behaviours_of(front: str) -> tuple[str, ...]:
-    """The neighbour behaviours a front has (a lease is an API op)."""
-    return BEHAVIOURS if front == "api" else tuple(b for b in BEHAVIOURS if b != "lease")
+def behaviours_of(front: str, variant: str | None = None) -> tuple[str, ...]:
+    """The neighbour behaviours a front has (a lease is an API op; the Modbus front has no
+    `TEXT_BEHAVIOURS`), on `variant` if given (those only on `line` and `length`, and
+    `no_reply` on a port only on `line`, where `device.line.no_reply` says which)."""
+    out = BEHAVIOURS if front == "api" else tuple(b for b in BEHAVIOURS if b != "lease")
+    codec = VARIANTS[variant].codec if variant is not None else None
+    if front == "modbus" or codec not in (None, "line", "length"):
+        out = tuple(b for b in out if b not in TEXT_BEHAVIOURS)
+    if front == "port" and codec == "length":
+        out = tuple(b for b in out if b != "no_reply")
+    return out
 
 
 def all_cases() -> list[Case]:
     """Every case, variant by variant (so cases that share a rig follow each other)."""
-    return [Case(v, f, b) for v in VARIANTS for f in fronts_of(v) for b in behaviours_of(f)]
+    return [Case(v, f, b) for v in VARIANTS for f in fronts_of(v) for b in behaviours_of(f, v)]
 
 
 # --- requests, as each family makes them ----------------------------------------------------
@@ -301,6 +338,23 @@ class Dialect:
         if self.codec == "length":
             return Payload(b"\x03\x00\x32" + f"N{self.nonce}x{n}".encode())
         return self.own(n)
+
+    def late(self, n: int, *, port: bool = False) -> Payload:
+        """A request answered after its call's timeout (`LATE_TIMEOUT`, or on a `port`
+        device.timeout), tagged `N<nonce>x<n>` (line and length)."""
+        delays = LATE_MS[port, bool(self.variant.ping)]
+        ms = delays[n % len(delays)]
+        if self.family == "line":
+            return _text(f"DELAY {ms} N{self.nonce}x{n}")
+        return Payload(b"\x03" + struct.pack(">H", ms) + f"N{self.nonce}x{n}".encode())
+
+    def set_command(self, n: int) -> tuple[Payload, dict[str, Any]]:
+        """A command the device does not answer, and the call's fields that say so
+        (`reply: false`; on line every other one leaves it to `device.line.no_reply`).
+        verld-sim answers anyway, at once (a careless instrument): verld drops that."""
+        if self.family == "line":
+            return _text(f"SET N{self.nonce}x{n}"), ({"reply": False} if n % 2 else {})
+        return Payload(b"\x01" + f"N{self.nonce}x{n}".encode()), {"reply": False}
 
     def oversize(self) -> Payload:
         """A call over max_payload (Modbus: a PDU over 253 bytes)."""
@@ -759,10 +813,10 @@ class Rig:
             "max_payload": MAX_PAYLOAD,
         }  # fmt: skip
         if v.codec == "line":
-            device["line"] = {"event": "^EVENT "}
+            device["line"] = {"event": "^EVENT ", "no_reply": NO_REPLY}
         cfg: dict[str, Any] = {
             "device": device,
-            "heartbeat": {**HEARTBEAT, "payload": v.ping},
+            "heartbeat": {**HEARTBEAT, "payload": v.ping, **_expect(v)},
             "api": {"client_queue": CLIENT_QUEUE, "lease_max": LEASE_MAX,
                     "max_message": MAX_MESSAGE, "max_backlog": MAX_BACKLOG},
             "ports": [{"link": self.good_port, "events": False}, {"link": self.nb_port}],
@@ -1160,6 +1214,12 @@ class NbStats:
     answers: Counter[str] = field(default_factory=Counter)  #: by outcome / error code
     connections: int = 0
     closed_by_verld: int = 0
+    #: no_reply: its commands seen written (the `traffic` tap), those written more than
+    #: once, and those answered ok (`"reply": false`) but never seen written
+    written: int = 0
+    duplicated: int = 0
+    unwritten: int = 0
+    problem: str | None = None  #: what kept its counts from being whole
 
 
 class Neighbour:
@@ -1173,6 +1233,7 @@ class Neighbour:
         self.stats = NbStats()
         self.n = 0
         self._transactions: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.acks: set[int] = set()  #: no_reply: the commands answered ok, not awaited
 
     def next(self) -> int:
         self.n += 1
@@ -1195,6 +1256,41 @@ class Neighbour:
             self.count(await conn.request("call", **payload.api(), **fields))
         except ConnectionError:
             self.stats.answers["connection closed"] += 1
+
+    # no_reply: what verld said, and what it wrote
+    def acked(self, n: int, reply: dict[str, Any]) -> None:
+        """Command `n`'s reply, counted: ok with `"reply": false` is one not awaited."""
+        if reply.get("ok") and reply.get("reply") is False:
+            self.stats.answers["ok, not awaited"] += 1
+            self.acks.add(n)
+        else:
+            self.count(reply)
+
+    async def tap(self) -> ApiConn:
+        """A subscriber of verld's `traffic` tap: each frame verld writes to the device."""
+        conn = await ApiConn.open(self.info.socket)
+        reply = await conn.request("subscribe", topics=["traffic"])
+        if not reply.get("ok"):
+            raise HarnessError(f"the traffic tap refused: {reply}")
+        return conn
+
+    def writes(self, tap: ApiConn) -> None:
+        """Count the commands `tap` saw written (tagged `N<nonce>x<n>`): each once."""
+        tag = re.compile(b"N" + self.nonce.encode() + rb"x(\d+)")
+        seen: Counter[int] = Counter()
+        for event in tap.events:
+            if event.get("dir") != "tx" or event.get("kind") not in ("request", "retry"):
+                continue
+            for found in tag.finditer(bytes.fromhex(event.get("hex") or "")):
+                seen[int(found.group(1))] += 1
+        stats = self.stats
+        stats.written = len(seen)
+        stats.duplicated = sum(1 for times in seen.values() if times > 1)
+        stats.unwritten = len(self.acks - set(seen))
+        if tap.closed.is_set():
+            stats.problem = "verld closed the traffic tap: the commands' count is not whole"
+        elif stats.unwritten:
+            stats.problem = f"{stats.unwritten} commands answered ok were never written"
 
     # ports
     def port_request(self, payload: Payload) -> bytes:
@@ -1465,6 +1561,42 @@ async def api_abrupt(nb: Neighbour) -> None:
         await asyncio.sleep(0.005)
 
 
+async def api_late_answer(nb: Neighbour) -> None:
+    conn = await nb.api()
+
+    async def one() -> None:
+        while True:
+            await nb.call(conn, nb.dialect.late(nb.next()), timeout=LATE_TIMEOUT)
+
+    try:
+        await asyncio.gather(one(), one())
+    finally:
+        await conn.close()
+
+
+async def api_no_reply(nb: Neighbour) -> None:
+    tap = await nb.tap()
+    conn = await nb.api()
+
+    async def one() -> None:
+        while True:
+            n = nb.next()
+            payload, fields = nb.dialect.set_command(n)
+            nb.stats.sent += 1
+            try:
+                nb.acked(n, await conn.request("call", **payload.api(), **fields))
+            except ConnectionError:
+                nb.stats.answers["connection closed"] += 1
+                return
+
+    try:
+        await asyncio.gather(one(), one())
+    finally:
+        nb.writes(tap)
+        await conn.close()
+        await tap.close()
+
+
 # port neighbours
 
 
@@ -1610,6 +1742,30 @@ async def port_abrupt(nb: Neighbour) -> None:
         finally:
             pty.close()
         await asyncio.sleep(0.02)
+
+
+async def port_late_answer(nb: Neighbour) -> None:
+    """Requests answered after device.timeout (a program has no timeout of its own)."""
+    async with _port(nb) as (pty, _got):
+        while True:
+            nb.stats.sent += 1
+            await pty.write(nb.port_request(nb.dialect.late(nb.next(), port=True)))
+            await asyncio.sleep(TIMEOUT)
+
+
+async def port_no_reply(nb: Neighbour) -> None:
+    """Set commands (`line`: `device.line.no_reply` matches them): written once, nothing
+    comes back on the port."""
+    tap = await nb.tap()
+    try:
+        async with _port(nb) as (pty, _got):
+            while True:
+                nb.stats.sent += 1
+                await pty.write(nb.port_request(nb.dialect.set_command(nb.next())[0]))
+                await asyncio.sleep(GUARD * 1.5)
+    finally:
+        nb.writes(tap)
+        await tap.close()
 
 
 # Modbus TCP front neighbours
@@ -1856,6 +2012,39 @@ async def mqtt_abrupt(nb: Neighbour) -> None:
         await asyncio.sleep(0.05)
 
 
+async def mqtt_late_answer(nb: Neighbour) -> None:
+    def make(n: int) -> list[dict[str, Any] | bytes]:
+        return [{**nb.dialect.late(n + i).mqtt(), "timeout": LATE_TIMEOUT} for i in range(2)]
+
+    await _mqtt_loop(nb, make)
+
+
+async def mqtt_no_reply(nb: Neighbour) -> None:
+    """Set commands with `"reply": false` (the bridge's replies echo it), two at a time."""
+    tap = await nb.tap()
+    client = await nb.mqtt()
+    try:
+        while True:
+            sent = []
+            for _ in range(2):
+                n = nb.next()
+                payload, _fields = nb.dialect.set_command(n)
+                fut = nb.publish(client, {**payload.mqtt(), "reply": False})
+                assert fut is not None
+                sent.append((n, fut))
+            await client.drain()
+            done, _ = await asyncio.wait([fut for _, fut in sent], timeout=3.0)
+            for n, fut in sent:
+                if fut in done:
+                    nb.acked(n, fut.result())
+                else:
+                    nb.stats.answers["no reply"] += 1
+    finally:
+        nb.writes(tap)
+        await client.close()
+        await tap.close()
+
+
 Behaviour = Callable[[Neighbour], Coroutine[Any, Any, None]]
 NEIGHBOURS: dict[tuple[str, str], Behaviour] = {
     (front, name): globals()[f"{front}_{name}"] for front in FRONTS for name in behaviours_of(front)
@@ -1931,6 +2120,7 @@ class Result:
     daemon: dict[str, int]  #: counters during the case
     examples: list[str]
     problem: str | None = None  #: the case could not be run as meant (the rig, the neighbour)
+    duplicated: int = 0  #: no_reply: the neighbour's commands written more than once
 
     @property
     def clean(self) -> bool:
@@ -1939,6 +2129,7 @@ class Result:
             and self.wrong == 0
             and self.lost == 0
             and self.dropped == 0
+            and self.duplicated == 0
             and self.calls > 0
         )
 
@@ -1946,7 +2137,8 @@ class Result:
         lines = [
             f"{self.case}: {self.calls} calls, {self.ok} ok, wrong {self.wrong}, lost {self.lost}, "
             f"dropped {self.dropped}, late {self.late}, allowed {self.allowed}, errors "
-            f"{self.errors}, p99 {self.p99_ms} ms, generation {self.generation}",
+            f"{self.errors}, p99 {self.p99_ms} ms, generation {self.generation}"
+            + (f", DUPLICATED {self.duplicated}" if self.duplicated else ""),
             f"  link events: {self.link_events}",
             f"  neighbour: {self.neighbour}",
             f"  verld: {self.daemon}",
@@ -1968,6 +2160,9 @@ def percentile(values: list[float], pct: float) -> float | None:
 
 
 COUNTERS = ("timeouts", "stale", "bad_frames", "reconnects", "pings", "calls_failed")
+#: status.link's counters: late lines dropped after a try ran out, lines dropped after a
+#: call with no reply (reported as `late_lines` and `unexpected`)
+LINK_COUNTERS = {"late": "late_lines", "unexpected": "unexpected"}
 
 
 async def _status(path: str) -> dict[str, Any]:
@@ -2041,7 +2236,7 @@ async def run_case(
         finally:
             await asyncio.to_thread(neighbour.stop)
             await good.close()
-        problem = problem or neighbour.error
+        problem = problem or neighbour.error or neighbour.nb.stats.problem
         await asyncio.sleep(0.1)  # (a link event on its way)
         after = await monitor.request("status")
     finally:
@@ -2056,6 +2251,18 @@ async def run_case(
     if stray:
         tally.note(f"replies carried generation(s) {stray}, the case began at {gens[0]}")
     nbs = neighbour.nb.stats
+    daemon = {k: after["counters"][k] - before["counters"][k] for k in COUNTERS}
+    for key, name in LINK_COUNTERS.items():
+        daemon[name] = after["link"].get(key, 0) - before["link"].get(key, 0)
+    nb_report = {
+        "sent": nbs.sent,
+        "answers": dict(nbs.answers),
+        "connections": nbs.connections,
+        "closed_by_verld": nbs.closed_by_verld,
+    }
+    if case.behaviour == "no_reply":
+        nb_report.update(written=nbs.written, duplicated=nbs.duplicated,
+                         unwritten=nbs.unwritten)  # fmt: skip
     return Result(
         case=case.id,
         seconds=seconds,
@@ -2072,11 +2279,11 @@ async def run_case(
         max_ms=round(max(tally.latencies), 3) if tally.latencies else None,
         generation=gens,
         link_events=link,
-        neighbour={"sent": nbs.sent, "answers": dict(nbs.answers),
-                   "connections": nbs.connections, "closed_by_verld": nbs.closed_by_verld},
-        daemon={k: after["counters"][k] - before["counters"][k] for k in COUNTERS},
+        neighbour=nb_report,
+        daemon=daemon,
         examples=tally.examples,
         problem=problem,
+        duplicated=nbs.duplicated,
     )  # fmt: skip
 
 
@@ -2155,3 +2362,8 @@ def cases_by_variant(cases: list[Case]) -> Iterator[tuple[str, list[Case]]]:
     for case in cases:
         order.setdefault(case.variant, []).append(case)
     yield from order.items()
+
+
+def _expect(v: Variant) -> dict[str, str]:
+    """`heartbeat.expect` of a line variant with a ping: only `PONG` answers `PING`."""
+    return {"expect": "^PONG$"} if v.codec == "line" and v.ping else {}

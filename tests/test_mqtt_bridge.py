@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mqttrig import BASE, BridgeProc, Broker, Fleet, Mqtt, need, topic
+from mqttrig import BASE, BridgeProc, Broker, Fleet, Mqtt, Pair, need, topic
 
 from verld.client import Client
 from verld.testing import wait_for
@@ -318,6 +318,40 @@ def test_an_unknown_device_in_the_topic_gets_bad_request(fleet: Fleet, mqtt: Mqt
     mqtt.publish(f"{BASE}/nosuch/call", {"hex": "01"})
     msg = mqtt.wait(f"{BASE}/nosuch/call/response")[0]
     assert msg.json["error"]["code"] == "bad_request"
+
+
+def test_a_call_with_reply_false_is_written_once_and_its_reply_says_so(tmp_path: Path) -> None:
+    """reply: false on line: ok, empty, "reply": false, sent once; verl refuses it (bad_request)."""
+    broker = Broker(tmp_path)
+    pairs = {"scope": Pair(tmp_path, "scope", codec="line"), "dev": Pair(tmp_path, "dev")}
+    bridge = BridgeProc(tmp_path, broker, {name: p.socket for name, p in pairs.items()})
+    m = Mqtt(broker)
+    try:
+        m.subscribe(f"{BASE}/#")
+        for name in pairs:
+            m.wait(topic(name, "state"), lambda msg: (msg.json or {}).get("state") == "up")
+        scope = pairs["scope"]
+        before = scope.sim.counters()["requests"]
+        m.publish(topic("scope", "call"), {"text": "ECHO x", "reply": False, "transaction": 1})
+        got = m.wait(topic("scope", "call/response"))[0].json
+        assert (got["ok"], got["status"], got["data"], got["reply"]) == (True, 0, "", False)
+        assert got["transaction"] == 1
+        wait_for(lambda: scope.daemon.status()["link"]["unexpected"] == 1, 5, "x dropped")
+        assert scope.sim.counters()["requests"] == before + 1
+        m.publish(topic("scope", "call"), {"text": "ECHO y", "reply": True, "transaction": 2})
+        got = m.wait(topic("scope", "call/response"), lambda msg: msg.json["transaction"] == 2)
+        assert got[0].json["text"] == "y" and "reply" not in got[0].json
+        before = pairs["dev"].sim.counters()["requests"]  # (its handshake's)
+        m.publish(topic("dev", "call"), {"hex": "01aa", "reply": False, "transaction": 3})
+        got = m.wait(topic("dev", "call/response"))[0].json
+        assert got["ok"] is False and got["error"]["code"] == "bad_request"
+        assert pairs["dev"].sim.counters()["requests"] == before
+    finally:
+        m.close()
+        bridge.stop()
+        for pair in pairs.values():
+            pair.stop()
+        broker.stop()
 
 
 # --- when things go away -------------------------------------------------------------------

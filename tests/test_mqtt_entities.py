@@ -1,10 +1,12 @@
 """verld-mqtt's `entities:` end to end: a real mosquitto, real verlds on verld-sims, the bridge.
 
-Strategy: one rig for the module (starting four devices and a bridge takes seconds, the
+Strategy: one rig for the module (starting five devices and a bridge takes seconds, the
 tests then take fractions of one each): a `line` probe whose reply is decoded by a regex,
 a Modbus RTU meter (verld-sim as the slave, its registers written at start: a float32 in
-each word order and an int16 to scale), a `verl` device decoded by byte offset, and a
-`verl` device that is made to stop answering. Before the bridge starts, the broker holds
+each word order and an int16 to scale), a `verl` device decoded by byte offset, a
+`verl` device that is made to stop answering, and a `line` panel whose commands get no
+answer (`reply: false`, or verld's `line.no_reply: "^SET "`; the sim answers anyway, and
+verld drops those lines). Before the bridge starts, the broker holds
 a retained `ON` on the relay's set topic (never to run) and retained discovery configs of
 an entity that is no longer configured (to be emptied) and of another host's (to stay).
 Each test uses entities of its own, so they do not depend on their order.
@@ -65,11 +67,16 @@ ENTITIES = [
      "turn_off": {"hex": "0105000a0000"}},
     {"device": "meter", "name": "reset", "kind": "button", "press": {"hex": "010600140000"},
      "device_class": "restart"},
+    {"device": "panel", "name": "beep", "kind": "button",
+     "press": {"text": "ECHO beep", "reply": False}},
+    {"device": "panel", "name": "arm", "kind": "button", "press": {"text": "SET ARM"}},
+    _sensor("panel", "quiet", {"text": "SET Q"}, {"pattern": "(.*)", "type": "str"},
+            every=SLOW),
 ]  # fmt: skip
 
 
 class Rig:
-    """The broker, the four devices, the bridge and a client that saw everything."""
+    """The broker, the five devices, the bridge and a client that saw everything."""
 
     def __init__(self, tmp: Path) -> None:
         self.broker = Broker(tmp)
@@ -89,6 +96,9 @@ class Rig:
             early.client.publish(retained, payload, qos=1, retain=True).wait_for_publish(5)
         early.close()
         self.pairs["probe"] = Pair(tmp, "probe", codec="line")
+        self.pairs["panel"] = Pair(
+            tmp, "panel", codec="line", overrides={"device": {"line": {"no_reply": "^SET "}}}
+        )
         self.pairs["meter"] = Pair(tmp, "meter", codec="modbus-rtu")
         self.pairs["plain"] = Pair(tmp, "plain")
         heartbeat = {"interval": 0.3, "misses": 2, "timeout": 0.3}
@@ -218,6 +228,30 @@ def test_a_set_topic_runs_no_other_call_and_counts_what_it_ignored(rig: Rig) -> 
         == [2, 1, 1], 10, "three more ignored",
     )  # fmt: skip
     assert rig.call("meter", bytes.fromhex("0101000a0001")).data[3] == 0  # (the relay: off)
+
+
+def test_commands_with_no_answer_are_sent_once_and_not_awaited(rig: Rig) -> None:
+    """press with reply: false, and one verld's no_reply matches: each written once, no error."""
+    panel, mqtt = rig.pairs["panel"], rig.mqtt
+    assert mqtt is not None
+    wait_for(lambda: rig.counts("panel", "quiet").get("errors") == 1, 10, "the first poll")
+    before = {"sent": panel.sim.counters()["requests"], **panel.daemon.status()["link"]}
+    for name in ("beep", "arm"):
+        mqtt.publish(topic("panel", f"value/{name}/set"), b"PRESS", qos=0)
+    wait_for(lambda: panel.daemon.status()["link"]["unexpected"] == before["unexpected"] + 2,
+             5, "both answers dropped")  # fmt: skip
+    reports = len(mqtt.on(f"{BASE}/bridge/entities"))
+    wait_for(lambda: len(mqtt.on(f"{BASE}/bridge/entities")) > reports, 5, "a later report")
+    assert panel.sim.counters()["requests"] == before["sent"] + 2  # (never retried)
+    assert panel.daemon.status()["link"]["late"] == before["late"]
+    assert [rig.counts("panel", n)["errors"] for n in ("beep", "arm")] == [0, 0]
+
+
+def test_a_poll_that_no_reply_matches_is_an_error_saying_so(rig: Rig) -> None:
+    """A poll verld does not await (no_reply matches it) gives no value and names reply: true."""
+    wait_for(lambda: rig.counts("panel", "quiet").get("errors") == 1, 10, "the first poll")
+    assert "line.no_reply matches the poll" in rig.counts("panel", "quiet")["last_error"]
+    assert not rig.values("panel", "quiet")
 
 
 # --- failures ------------------------------------------------------------------------------

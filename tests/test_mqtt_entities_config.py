@@ -73,6 +73,24 @@ class TestValid:
         assert cfg.entities[2].turn_off == Command(bytes.fromhex("010500000000"))
         assert cfg.entities[3].poll is None and cfg.entities[3].press is not None
 
+    def test_a_command_may_say_reply_false(self) -> None:
+        """press, turn_on and turn_off take reply: false (no answer), a poll reply: true."""
+        cfg = parse_bridge_config(
+            HEAD
+            + """\
+  - {device: probe, name: out, kind: switch, poll: {text: "OUTP?", reply: true},
+     value: {pattern: '(.*)', type: int}, turn_on: {text: "OUTP ON", reply: false},
+     turn_off: {text: "OUTP OFF"}}
+  - {device: probe, name: trg, kind: button, press: {text: "*TRG", reply: false}}
+"""
+        )
+        switch, button = cfg.entities
+        assert switch.poll == Command(b"OUTP?", "OUTP?", reply=True)
+        assert switch.turn_on == Command(b"OUTP ON", "OUTP ON", reply=False)
+        assert switch.turn_on.fields() == {"text": "OUTP ON", "reply": False}
+        assert switch.turn_off is not None and switch.turn_off.fields() == {"text": "OUTP OFF"}
+        assert button.press is not None and button.press.reply is False
+
     def test_the_example_file_passes_check_config(self) -> None:
         """configs/mqtt-entities.yaml passes verld-mqtt --check-config."""
         out = subprocess.run(
@@ -174,6 +192,9 @@ class TestCallErrors:
             "{hx: '01'}": "did you mean 'hex'?",
             "{}": "expected one of hex, text or data",
             "'0103'": "expected a call",
+            "{text: x, reply: 'no'}": "reply: expected true or false, got 'no'",
+            "{text: x, replay: false}": "did you mean 'reply'?",
+            "{reply: true}": "expected one of hex, text or data",
         }.items(),
     )
     def test_bad_poll(self, call: str, words: str) -> None:
@@ -181,6 +202,15 @@ class TestCallErrors:
         entity = (f"  - {{device: probe, name: t, kind: sensor, poll: {call}, "
                   "value: {pattern: '(.*)', type: str}}\n")  # fmt: skip
         assert words in one(entity)
+
+    def test_a_poll_awaits_its_answer(self) -> None:
+        """A poll with reply: false is an error: the value is in the answer."""
+        entity = ("  - {device: probe, name: t, kind: sensor, poll: {text: x, reply: false}, "
+                  "value: {pattern: '(.*)', type: str}}\n")  # fmt: skip
+        assert one(entity) == (
+            "entities[0].poll.reply: a poll reads the value in the answer: reply: false is for "
+            "turn_on, turn_off and press"
+        )
 
 
 class TestValueErrors:

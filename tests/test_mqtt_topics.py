@@ -15,6 +15,7 @@ from verld.mqtt.calls import (
     Answer,
     CallRequest,
     Drop,
+    Echo,
     Intake,
     Joined,
     Rejected,
@@ -192,6 +193,13 @@ class TestParseCall:
         text = parse_call(b'{"text":"PING"}')
         assert isinstance(text, CallRequest) and text.fields == {"text": "PING"}
 
+    def test_reply_passes_through_as_a_boolean(self) -> None:
+        """reply: false (a command with no answer) and reply: true go to verld as given."""
+        for value in (False, True):
+            req = parse_call(json.dumps({"text": "VOLT 5.0", "reply": value}).encode())
+            assert isinstance(req, CallRequest)
+            assert req.fields == {"text": "VOLT 5.0", "reply": value}
+
     def test_null_transaction_is_echoed(self) -> None:
         """A transaction of null is still a transaction."""
         req = parse_call(b'{"hex":"01","transaction":null}')
@@ -207,7 +215,11 @@ class TestParseCall:
          (b'{"hex":"01","timeout":0}', "'timeout'"), (b'{"hex":"01","timeout":3601}', "'timeout'"),
          (b'{"hex":"01","timeout":true}', "'timeout'"), (b'{"hex":"01","retry":101}', "'retry'"),
          (b'{"hex":"01","retry":1.0}', "'retry'"), (b'{"hex":"01","wait":1}', "field 'wait'"),
-         (b'{"hex":"01","transacton":1}', "did you mean 'transaction'?")],
+         (b'{"hex":"01","transacton":1}', "did you mean 'transaction'?"),
+         (b'{"hex":"01","reply":0}', "'reply' must be true or false"),
+         (b'{"hex":"01","reply":null}', "'reply' must be true or false"),
+         (b'{"hex":"01","reply":"false"}', "'reply' must be true or false"),
+         (b'{"hex":"01","replay":false}', "did you mean 'reply'?")],
     )  # fmt: skip
     def test_bad_requests(self, payload: bytes, words: str) -> None:
         """Each malformed request gets a bad_request saying what is wrong."""
@@ -235,12 +247,13 @@ class TestParseCall:
         if isinstance(result, Rejected):
             json.dumps(result.reply)
         else:
-            assert set(result.fields) <= {"data", "text", "timeout", "retry"}
+            assert set(result.fields) <= {"data", "text", "timeout", "retry", "reply"}
 
     @settings(max_examples=400, deadline=None)
     @given(
         st.dictionaries(
-            st.sampled_from(["data", "hex", "text", "timeout", "retry", "transaction", "x"]),
+            st.sampled_from(["data", "hex", "text", "timeout", "retry", "reply", "transaction",
+                             "x"]),
             st.recursive(
                 st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
                 | st.text(max_size=8),
@@ -272,6 +285,12 @@ class TestCallReply:
             "hex": "aabb",
             "transaction": 7,
         }
+
+    def test_a_reply_not_awaited_says_so(self) -> None:
+        """verld's reply to a reply: false call keeps its "reply": false."""
+        api = {"id": 3, "ok": True, "status": 0, "data": "", "ms": 100.2, "generation": 1,
+               "reply": False}  # fmt: skip
+        assert call_reply(api, Echo("t"))["reply"] is False
 
     def test_device_error_keeps_status_and_data(self) -> None:
         """A device error carries status, data and its hex."""

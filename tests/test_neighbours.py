@@ -47,12 +47,16 @@ SUITE = [
     ("length", "api", "lease"),
     ("length", "port", "slow_reader"),
     ("length", "mqtt", "malformed"),
+    ("length", "api", "late_answer"),  # answered past its own timeout: the quiet guard keeps it
     ("line", "api", "terminators"),  # "one line per call"
     ("line", "port", "silent"),  # no ping: a blank line never answered, link kept
     ("line", "mqtt", "silent"),  # verld-mqtt: its calls queue as one client's
+    ("line", "api", "no_reply"),  # reply: false and line.no_reply: each written once
+    ("line", "port", "no_reply"),  # a program's SET line (no_reply): written, nothing back
     ("line:tcp", "api", "silent"),  # tcp: a timed-out try is a quiet guard, not a reconnect
     ("line:tcp", "port", "abrupt"),
     ("line:tcp", "mqtt", "terminators"),  # "one line per call" on the MQTT front too
+    ("line:tcp", "port", "late_answer"),  # past device.timeout: the ping's resync keeps it
     ("modbus-rtu", "api", "oversize"),
     ("modbus-rtu", "api", "terminators"),  # two RTU requests in one call: bad_request
     ("modbus-rtu", "port", "malformed"),
@@ -86,13 +90,15 @@ def test_neighbour(pool: RigPool, variant: str, front: str, behaviour: str) -> N
 
 
 def test_the_suite_covers_every_codec_front_and_behaviour() -> None:
-    """Every variant × front pair is in SUITE, and every behaviour at least once."""
+    """Every variant × front pair is in SUITE, every behaviour at least once, each where it runs."""
     pairs = {(v, f) for v, f, _ in SUITE}
     suite_variants = {"verl", "length", "line", "line:tcp", "modbus-rtu", "modbus-tcp"}
     assert pairs == {(v, f) for v in suite_variants for f in nb.fronts_of(v)}
     assert {b for _, _, b in SUITE} == set(nb.BEHAVIOURS)
-    assert all(b in nb.behaviours_of(f) for _, f, b in SUITE)
+    assert all(b in nb.behaviours_of(f, v) for v, f, b in SUITE)
     assert len({c.id for c in nb.all_cases()}) == len(nb.all_cases())
+    text = {c.variant for c in nb.all_cases() if c.behaviour in nb.TEXT_BEHAVIOURS}
+    assert text == {v for v, variant in nb.VARIANTS.items() if variant.codec in ("line", "length")}
 
 
 # --- the Modbus TCP front: one connection's burst is served a turn at a time ------------------

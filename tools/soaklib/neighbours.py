@@ -5,9 +5,12 @@ neighbour behaviour the front has — runs for `--seconds` (default 5), one afte
 on one rig per variant (verld-sim, verld with every front, verld-mqtt on one mosquitto).
 The table says, per case, what the well-behaved client saw: its calls, the wrong
 replies, the link drops, the lost calls and its p99 latency (and, in the last column,
-the documented errors it got, such as `busy` under the neighbour's lease). Exit 1 when
-any case is not clean (a wrong reply, a drop, a lost call, or a case that could not
-run as meant); `--json OUT` writes every case's figures.
+the documented errors it got, such as `busy` under the neighbour's lease; for
+`late_answer`, verld's late lines dropped and stale replies; for `no_reply`, the
+neighbour's commands seen written, those written twice, and verld's unexpected lines
+dropped). Exit 1 when any case is not clean (a wrong reply, a drop, a lost call, a
+command written twice, or a case that could not run as meant); `--json OUT` writes
+every case's figures.
 
 `--cases GLOB[,GLOB...]` runs only the cases whose id (`VARIANT/FRONT/BEHAVIOUR`, e.g.
 `line:tcp/api/silent`) matches one of the patterns. Without mosquitto the MQTT cases
@@ -139,6 +142,9 @@ def render(results: list[dict[str, Any]]) -> str:
         variant, front, behaviour = r["case"].split("/")
         p99 = "-" if r["p99_ms"] is None else f"{r['p99_ms']:.1f}"
         note = ", ".join(f"{code} {n}" for code, n in sorted(r["allowed"].items()))
+        extra = verld_note(behaviour, r.get("daemon") or {}, r.get("neighbour") or {})
+        if extra:
+            note = (note + "; " if note else "") + extra
         if r.get("problem"):
             note = (note + "; " if note else "") + "PROBLEM: " + r["problem"].splitlines()[0][:60]
         lines.append(
@@ -146,3 +152,15 @@ def render(results: list[dict[str, Any]]) -> str:
             f"{r['dropped']:>9}{r['lost']:>6}{p99:>9}  {note}".rstrip()
         )
     return "\n".join(lines)
+
+
+def verld_note(behaviour: str, daemon: dict[str, Any], neighbour: dict[str, Any]) -> str:
+    """What the text neighbours are about, beside the table's columns."""
+    if behaviour == "late_answer":
+        return (f"verld: late lines {daemon.get('late_lines', 0)}, stale "
+                f"{daemon.get('stale', 0)}, timeouts {daemon.get('timeouts', 0)}")  # fmt: skip
+    if behaviour == "no_reply":
+        return (f"commands written {neighbour.get('written', 0)}, twice "
+                f"{neighbour.get('duplicated', 0)}; verld: unexpected "
+                f"{daemon.get('unexpected', 0)}")  # fmt: skip
+    return ""

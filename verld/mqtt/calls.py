@@ -17,7 +17,7 @@ here touches a socket or a clock, so every rule is a unit test:
   is not run a second time: when it completes, its reply goes to each copy's route
   (so every copy, like every request, gets exactly one reply);
 - malformed requests get `bad_request`, `calls: false` gets `forbidden`; every
-  reply echoes the request's `transaction` as given.
+  reply echoes the request's `transaction` as given (and verld's `"reply": false`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ REPLAY_SECONDS = 60.0
 REPLAY_ENTRIES = 4096
 #: how deep a `transaction` may nest (it is echoed: it must encode again anywhere)
 MAX_DEPTH = 32
-FIELDS = ("data", "hex", "text", "timeout", "retry", "transaction")
+FIELDS = ("data", "hex", "text", "timeout", "retry", "reply", "transaction")
 _PAYLOADS = ("data", "hex", "text")
 
 
@@ -54,7 +54,7 @@ class Echo:
 
 @dataclass(frozen=True, slots=True)
 class CallRequest:
-    """A valid request: the API call's fields (`data` or `text`, `timeout`, `retry`)."""
+    """A valid request: the API call's fields (`data`|`text`, `timeout`, `retry`, `reply`)."""
 
     fields: dict[str, Any]
     size: int  #: payload bytes, for the device's max_payload
@@ -108,7 +108,7 @@ def parse_call(payload: bytes) -> CallRequest | Rejected:
         data, fields = _payload(obj)
     except ValueError as exc:
         return _bad(str(exc), echo)
-    for key in ("timeout", "retry"):
+    for key in ("timeout", "retry", "reply"):
         if key in obj:
             fields[key] = obj[key]
     return CallRequest(fields, len(data), echo)
@@ -146,6 +146,8 @@ def _field_problem(obj: dict[str, Any]) -> str | None:
         return f"'timeout' must be a number of seconds, 0 < timeout <= {wire.MAX_SECONDS}"
     if "retry" in obj and not _retry(obj["retry"]):
         return f"'retry' must be an integer 0..{wire.MAX_RETRY}"
+    if "reply" in obj and type(obj["reply"]) is not bool:
+        return "'reply' must be true or false (false: the device gives no answer)"
     return None
 
 

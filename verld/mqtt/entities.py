@@ -17,10 +17,12 @@ The reply is decoded (`decode.Decoder`; on a binary kind, then made `ON`/`OFF`) 
 value goes to the outbox (latest value per topic: never a backlog on the broker).
 
 Whatever keeps a poll from giving a value (the call failed, the reply does not decode,
-the decoder does not fit the device's codec) is counted on the entity (`errors`,
+verld awaited no answer (`line.no_reply` matched the poll), the decoder does not fit the
+device's codec) is counted on the entity (`errors`,
 `last_error`) and logged once per run of failures (a misfit once per codec). A set
 topic runs only the entity's own call (`turn_on`, `turn_off`, `press`), for `ON`/`OFF`
-on a switch and `PRESS` on a button; anything else published there, and anything
+on a switch and `PRESS` on a button (with the call's `reply`: false for a command the
+device does not answer); anything else published there, and anything
 delivered retained, is counted (`ignored`) and runs nothing. After a switch's command,
 its state is polled at once (after the poll running, if one is).
 """
@@ -158,6 +160,10 @@ class Entities:
         reply = await self._call(device, live.poll, live.size)
         if not reply.get("ok"):
             self._fail(live, _why(reply))
+            return
+        if reply.get("reply") is False:  # (verld's device.line.no_reply matched the poll)
+            self._fail(live, "verld awaited no answer: the device's line.no_reply matches "
+                       "the poll; give the poll reply: true")  # fmt: skip
             return
         try:
             value: Any = decoder.decode(_data(reply), reply.get("text"))

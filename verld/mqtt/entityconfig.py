@@ -5,8 +5,9 @@ reported with its line, unknown keys with a suggestion), then the rules that spa
 keys are checked on what passed: what each kind takes and needs (a button is pressed,
 not polled; only a switch has turn_on and turn_off; unit and state_class are for
 sensors), what its value may be (on_value only on the binary kinds, which need one
-for text; unit and state_class need a number), and, for a Modbus decoder, that the
-poll is a read whose quantity covers the value (the calls and the `value:` block
+for text; unit and state_class need a number), that a poll awaits its answer (`reply:
+false` is for commands), and, for a Modbus decoder, that the poll is a read whose
+quantity covers the value (the calls and the `value:` block
 themselves are checked in `valueconfig`). An entity with
 any error is left out of the result, so the rules after it never see half an entity.
 Whether a device (`devices:`) exists is checked by the caller, which knows them; the
@@ -167,8 +168,12 @@ def _kind_rules(item: Item, kind: str, keys: list[Any]) -> None:
 
 
 def _fit(ctx: Context, e: Entity) -> None:
-    """Rules between an entity's keys: its kind and its value; a Modbus poll and its decoder."""
+    """Rules between an entity's keys: its kind and its value; a Modbus poll and its decoder;
+    a poll that awaits its answer."""
     spec, where = e.value, e.where
+    if e.poll is not None and e.poll.reply is False:
+        ctx.error_at((f"{where}.poll.reply", where), "a poll reads the value in the answer: "
+                     "reply: false is for turn_on, turn_off and press")  # fmt: skip
     if spec is None:
         return
     if spec.on_value is not None and not e.binary:

@@ -5,9 +5,11 @@ is reported with its line (`fields` walks a mapping that way); then the rules be
 value block's keys are checked on what passed: a `type` for register, offset and pattern
 (bytes or text types), none for bit; word_order with register, byte_order with offset;
 no arithmetic on bits or text; an on_value of the value's own type. A call is exactly
-one of hex, text or data, at least one byte. `modbus_read` says whether a poll is a
-Modbus read that can give a register or bit decoder its value. A checker that has
-already reported what is wrong where it is raises `Reported`, which says nothing more.
+one of hex, text or data, at least one byte, and may say `reply: false` (a command the
+device does not answer; the entity's rules say which calls may) or `reply: true`.
+`modbus_read` says whether a poll is a Modbus read that can give a register or bit
+decoder its value. A checker that has already reported what is wrong where it is
+raises `Reported`, which says nothing more.
 """
 
 from __future__ import annotations
@@ -35,12 +37,17 @@ class Command:
 
     data: bytes
     text: str | None = None
+    reply: bool | None = None  #: the call's `reply` (False: the device gives no answer)
 
     def fields(self) -> dict[str, Any]:
         """The API call's fields for it."""
         if self.text is not None:
-            return {"text": self.text}
-        return {"data": base64.b64encode(self.data).decode("ascii")}
+            out: dict[str, Any] = {"text": self.text}
+        else:
+            out = {"data": base64.b64encode(self.data).decode("ascii")}
+        if self.reply is not None:
+            out["reply"] = self.reply
+        return out
 
 
 class Reported(BadValue):
@@ -48,27 +55,31 @@ class Reported(BadValue):
 
 
 def command(item: Item) -> Command:
-    """`{hex: ...}`, `{text: ...}` or `{data: BASE64}`: exactly one, at least one byte."""
+    """`{hex: ...}`, `{text: ...}` or `{data: BASE64}`: exactly one, at least one byte;
+    and `reply: false` (or true) beside it."""
     if not isinstance(item.value, MarkedMap):
         raise BadValue(f'expected a call: {{hex: "0103..."}}, {{text: ...}} or {{data: BASE64}}, '
                        f"got {given(item)}")  # fmt: skip
     named = [k for k in item.value if k in _CALL_KEYS]
     if len(named) > 1:
         raise BadValue(f"give one of hex, text or data, not {' and '.join(named)}")
-    found, before = None, len(item.ctx.errors)
+    found, reply, before = None, None, len(item.ctx.errors)
     for key, child in item.children():
-        if key not in _CALL_KEYS:
-            item.ctx.error(child, unknown_key(key, _CALL_KEYS))
+        if key not in _CALL_KEYS and key != "reply":
+            item.ctx.error(child, unknown_key(key, (*_CALL_KEYS, "reply")))
             continue
         try:
-            found = _payload(key, child)
+            if key == "reply":
+                reply = leaves.boolean(child)
+            else:
+                found = _payload(key, child)
         except BadValue as exc:
             item.ctx.error(child, str(exc))
     if len(item.ctx.errors) != before:
         raise Reported
     if found is None:
         raise BadValue("expected one of hex, text or data")
-    return found
+    return Command(found.data, found.text, reply)
 
 
 def _payload(key: str, item: Item) -> Command:
