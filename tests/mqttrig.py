@@ -1,7 +1,7 @@
 """A real broker, verld daemons on simulated devices, verld-mqtt, and MQTT clients.
 
 `Broker` is mosquitto on a free loopback port (optionally a TLS listener with a CA
-and certificates made here with openssl, and a password file made with
+and certificates made with openssl by tests/pki.py, and a password file made with
 mosquitto_passwd); `BridgeProc` is `python -m verld.mqtt` on a config written to
 tmp; `Mqtt` is a paho-mqtt client (MQTT 5 or 3.1.1) that records what it receives,
 so a test can wait for a topic's message. Every process is stopped by pid.
@@ -28,6 +28,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
+from pki import Pki
 from support import free_port
 
 from verld.testing import DaemonProc, SimProc, stop_process, wait_for, write_config
@@ -42,50 +43,19 @@ def need(program: str) -> str:
 
 
 class Certs:
-    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
+    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate
+    (tests/pki.py: the extensions strict verification wants), or `made` elsewhere
+    (`ca`, `server`, `server_key`, `client`, `client_key`: docs/fleet.md's recipe)."""
 
-    def __init__(self, tmp: Path) -> None:
-        self.openssl = need("openssl")
-        self.dir = d = tmp / "pki"
-        d.mkdir()
-        self.ca, self.ca_key = d / "ca.pem", d / "ca.key"
-        self._run(
-            "req -x509 -newkey rsa:2048 -nodes -days 2",
-            "-subj",
-            "/CN=verld test CA",
-            "-keyout",
-            str(self.ca_key),
-            "-out",
-            str(self.ca),
-        )
-        san = "subjectAltName=IP:127.0.0.1,DNS:localhost"
-        self.server, self.server_key = self._leaf("server", "/CN=localhost", san)
-        self.client, self.client_key = self._leaf("client", "/CN=verld-mqtt", None)
-
-    def _run(self, words: str, *args: str) -> None:
-        subprocess.run([self.openssl, *words.split(), *args], check=True, capture_output=True)
-
-    def _leaf(self, name: str, subject: str, san: str | None) -> tuple[Path, Path]:
-        key, csr, cert = (self.dir / f"{name}.{ext}" for ext in ("key", "csr", "pem"))
-        self._run(
-            "req -newkey rsa:2048 -nodes", "-subj", subject, "-keyout", str(key), "-out", str(csr)
-        )
-        ext = self.dir / f"{name}.ext"
-        ext.write_text(f"{san}\n" if san else "basicConstraints=CA:FALSE\n")
-        self._run(
-            "x509 -req -CAcreateserial -days 2",
-            "-in",
-            str(csr),
-            "-CA",
-            str(self.ca),
-            "-CAkey",
-            str(self.ca_key),
-            "-out",
-            str(cert),
-            "-extfile",
-            str(ext),
-        )
-        return cert, key
+    def __init__(self, tmp: Path, made: dict[str, Path] | None = None) -> None:
+        if made is None:
+            need("openssl")
+            pki = Pki(tmp / "pki", "verld test CA")
+            (server, server_key), (client, client_key) = pki.server(), pki.client(cn="verld-mqtt")
+            made = {"ca": pki.ca, "server": server, "server_key": server_key,
+                    "client": client, "client_key": client_key}  # fmt: skip
+        self.ca, self.server, self.server_key = made["ca"], made["server"], made["server_key"]
+        self.client, self.client_key = made["client"], made["client_key"]
 
 
 class Broker:
@@ -249,6 +219,20 @@ class Mqtt:
         self.client.disconnect()
 
 
+#: a directory holding another paho-mqtt (1.6.1, Debian 12's) for the bridge alone: the
+#: test process and its own MQTT clients stay on the venv's (noxfile.py, `mqtt_paho16`)
+BRIDGE_PAHO = "VERLD_BRIDGE_PAHO"
+
+
+def bridge_env() -> dict[str, str]:
+    """verld-mqtt's environment: this one, with $VERLD_BRIDGE_PAHO first on its path."""
+    env = dict(os.environ)
+    paho = env.get(BRIDGE_PAHO)
+    if paho:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (paho, env.get("PYTHONPATH")) if p)
+    return env
+
+
 class BridgeProc:
     """verld-mqtt as a subprocess on a config written to tmp/mqtt.yaml."""
 
@@ -273,6 +257,7 @@ class BridgeProc:
                 [sys.executable, "-m", "verld.mqtt", "--config", str(self.config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=bridge_env(),
             )
 
     def log(self) -> str:

@@ -6,12 +6,13 @@ not ignored files, as `make deb` copies them) in a temporary directory, so the w
 stays clean: `dpkg-buildpackage -us -uc -b` with Debian's PATH (/usr/bin/python3 and
 Debian's python3-* packages, never the venv's or pyenv's python), a fast subset of the
 suite running at build time. Then: lintian reports no error; the files are where Debian
-puts them (units, sysusers, tmpfiles, udev rule, conffile, docs, man pages, completions)
-and verld-mqtt is not among them; Depends and Recommends are Debian's names with
-uvloop recommended only; the maintainer scripts create the user and /run/verld and
-enable nothing. The package runs without being installed (nothing under /usr is
-touched): `dpkg -x` into a temporary root, then Debian's /usr/bin/python3 with PYTHONPATH
-on that root checks the shipped config and runs the packaged verld on the simulated
+puts them (units, sysusers, tmpfiles, udev rule, conffiles, docs, man pages, completions),
+the MQTT bridge verld-mqtt among them; Depends and Recommends are Debian's names with
+uvloop recommended only and python3-paho-mqtt required; the maintainer scripts create the
+users and /run/verld, give /etc/verld/mqtt.yaml to group verld-mqtt and enable nothing.
+The package runs without being installed (nothing under /usr is touched): `dpkg -x` into
+a temporary root, then Debian's /usr/bin/python3 with PYTHONPATH on that root checks the
+shipped configs (verld's and verld-mqtt's) and runs the packaged verld on the simulated
 device, asked by the packaged verlctl. Last, `make install PREFIX=/usr` leaves the
 dependencies to the distribution (--no-deps by default).
 
@@ -21,7 +22,9 @@ The build takes about 20 s; the module about 40 s.
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -29,12 +32,13 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 from checkout import copy_checkout
-from support import stop_process, wait_for
+from support import free_port, need, stop_process, wait_for
 
 import verld
 
@@ -53,10 +57,20 @@ UNITS = (
     "verld-modbus.socket",
     "verld-modbus@.socket",
     "verld-network@.socket",
+    "verld-mqtt.service",
 )
 #: the units with an [Install] section: the ones the package could enable (and must not)
-ENABLEABLE = ("verld.service", "verld.socket", "verld-modbus.socket")
-MAN_PAGES = ("man8/verld.8", "man1/verlctl.1", "man1/verld-sim.1", "man5/verld.yaml.5")
+ENABLEABLE = ("verld.service", "verld.socket", "verld-modbus.socket", "verld-mqtt.service")
+MAN_PAGES = (
+    "man8/verld.8",
+    "man1/verlctl.1",
+    "man1/verld-sim.1",
+    "man8/verld-mqtt.8",
+    "man5/verld.yaml.5",
+)
+PROGRAMS = ("verld", "verlctl", "verld-sim", "verld-mqtt")
+#: verld-mqtt's config: a conffile, root:verld-mqtt 0640 once postinst has run
+MQTT_CONFIG = "/etc/verld/mqtt.yaml"
 
 
 def required(ok: bool, why: str) -> None:
@@ -200,9 +214,10 @@ def root_env(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def system_libs() -> None:
-    """Debian's python3 has the package's Depends (python3-serial, -yaml, -structlog)."""
+    """Debian's python3 has the package's Depends (python3-serial, -yaml, -structlog,
+    -paho-mqtt)."""
     probe = subprocess.run(
-        [SYSTEM_PYTHON, "-s", "-c", "import serial, structlog, yaml"],
+        [SYSTEM_PYTHON, "-s", "-c", "import paho.mqtt.client, serial, structlog, yaml"],
         check=False,
         env=clean_env(),
         capture_output=True,
@@ -210,7 +225,8 @@ def system_libs() -> None:
     )
     required(
         probe.returncode == 0,
-        f"{SYSTEM_PYTHON} lacks python3-serial/-yaml/-structlog: {probe.stderr.strip()}",
+        f"{SYSTEM_PYTHON} lacks a Depends (python3-serial, -yaml, -structlog, -paho-mqtt): "
+        + probe.stderr.strip(),
     )
 
 
@@ -236,16 +252,16 @@ def test_lintian_reports_no_error(deb: Path) -> None:
 
 
 def test_programs_in_usr_bin(contents: dict[str, str]) -> None:
-    """The .deb puts verld, verlctl and verld-sim in /usr/bin, executable, and no other program."""
-    # No verld-mqtt (no aiomqtt in Debian 12), and neither pip's nor pyserial's scripts.
+    """The .deb puts verld, verlctl, verld-sim and verld-mqtt in /usr/bin, and no other program."""
+    # All four executable; neither pip's nor pyserial's scripts.
     programs = {p for p in contents if p.startswith("/usr/bin/") and not p.endswith("/")}
-    assert programs == {"/usr/bin/verld", "/usr/bin/verlctl", "/usr/bin/verld-sim"}
+    assert programs == {f"/usr/bin/{program}" for program in PROGRAMS}
     assert all(contents[p] == "-rwxr-xr-x" for p in programs)
 
 
 def test_units_sysusers_tmpfiles_udev_under_usr_lib(contents: dict[str, str]) -> None:
     """The units, sysusers, tmpfiles and udev rule are under /usr/lib and nothing under /lib."""
-    # The units in /usr/lib/systemd/system (not verld-mqtt.service); nothing under the unmerged
+    # The units in /usr/lib/systemd/system (verld-mqtt.service too); nothing under the unmerged
     # /lib.
     units = {p for p in contents if p.startswith("/usr/lib/systemd/system/") and p[-1] != "/"}
     assert units == {f"/usr/lib/systemd/system/{unit}" for unit in UNITS}
@@ -268,27 +284,31 @@ def test_unit_files_are_the_repositorys(root: Path) -> None:
         "usr/lib/udev/rules.d/70-verld.rules": "systemd/70-verld.rules",
         "usr/share/doc/verld/verld.service.d/ports.conf": "systemd/verld.service.d/ports.conf",
         "etc/verld/verld.yaml": "configs/verld.yaml",
+        "etc/verld/mqtt.yaml": "configs/mqtt.yaml",
     }
     for installed, source in pairs.items():
         assert (root / installed).read_bytes() == (REPO / source).read_bytes(), installed
     assert (
         "ExecStart=/usr/bin/verld " in (root / "usr/lib/systemd/system/verld.service").read_text()
     )
+    mqtt_unit = (root / "usr/lib/systemd/system/verld-mqtt.service").read_text()
+    assert f"ExecStart=/usr/bin/verld-mqtt --config {MQTT_CONFIG}\n" in mqtt_unit
 
 
 def test_config_docs_man_pages_completions(contents: dict[str, str]) -> None:
-    """The .deb ships the config, docs, ports drop-in example, man pages and shell completions."""
-    # /etc/verld/verld.yaml; README and docs (compressed), the ports drop-in example
-    # (uncompressed, to be copied), the man pages and bash, zsh and fish completion.
+    """The .deb ships the configs, docs, ports drop-in example, man pages and shell completions."""
+    # /etc/verld/verld.yaml and mqtt.yaml; README and docs (compressed), the ports drop-in
+    # example (uncompressed, to be copied), the man pages and bash, zsh and fish completion.
     expected = [
         "/etc/verld/verld.yaml",
+        MQTT_CONFIG,
         "/usr/share/doc/verld/copyright",
         "/usr/share/doc/verld/changelog.Debian.gz",
         "/usr/share/doc/verld/README.md.gz",
         "/usr/share/doc/verld/deploy.md.gz",
         "/usr/share/doc/verld/config.md.gz",
         "/usr/share/doc/verld/verld.service.d/ports.conf",
-        "/usr/share/doc/verld/examples/verld-mqtt.service",
+        "/usr/share/doc/verld/examples/mqtt.yaml",
         "/usr/share/bash-completion/completions/verlctl",
         "/usr/share/zsh/vendor-completions/_verlctl",
         "/usr/share/fish/vendor_completions.d/verlctl.fish",
@@ -302,36 +322,41 @@ def test_config_docs_man_pages_completions(contents: dict[str, str]) -> None:
         assert "changelog.gz" in docs
 
 
-def test_no_mqtt_bridge_and_no_bytecode(contents: dict[str, str]) -> None:
-    """The .deb packages neither verld/mqtt/ nor compiled bytecode."""
-    # verld-mqtt needs aiomqtt; py3compile makes the compiled files at installation.
+def test_mqtt_bridge_packaged_and_no_bytecode(contents: dict[str, str], root: Path) -> None:
+    """The .deb packages verld/, verld/mqtt/ whole (the bridge), and no compiled bytecode."""
+    # Every module of the checkout's verld/mqtt/; py3compile makes the compiled files at
+    # installation.
     site = "/usr/lib/python3/dist-packages/"
     assert f"{site}verld/__init__.py" in contents
     assert f"{site}verld/daemon.py" in contents
-    assert not [p for p in contents if p.startswith(f"{site}verld/mqtt")]
+    modules = {
+        f"{site}{p.relative_to(REPO).as_posix()}" for p in (REPO / "verld/mqtt").glob("*.py")
+    }
+    assert f"{site}verld/mqtt/main.py" in modules
+    assert not modules - contents.keys(), sorted(modules - contents.keys())
     assert not [p for p in contents if "__pycache__" in p or p.endswith(".pyc")]
-    assert not [p for p in contents if "verld-mqtt" in p and "/examples/" not in p]
     (entry_points,) = (p for p in contents if p.endswith(".dist-info/entry_points.txt"))
     assert entry_points.startswith(f"{site}verld-{verld.__version__}.dist-info/")
 
 
-def test_dist_info_names_only_packaged_files(root: Path) -> None:
-    """The dist-info names only the three packaged console scripts and no verld-mqtt file."""
-    # Its console scripts are the three in /usr/bin, and its RECORD lists no verld-mqtt file
-    # (both dropped with the bridge).
+def test_dist_info_names_the_packaged_programs(root: Path) -> None:
+    """The dist-info's console scripts are the four in /usr/bin, verld-mqtt's files in RECORD."""
     (info,) = root.glob("usr/lib/python3/dist-packages/verld-*.dist-info")
     entry_points = (info / "entry_points.txt").read_text().splitlines()
     scripts = {line.split("=")[0].strip() for line in entry_points}
-    assert scripts - {"", "[console_scripts]"} == {"verld", "verlctl", "verld-sim"}
+    assert scripts - {"", "[console_scripts]"} == set(PROGRAMS)
     record = (info / "RECORD").read_text()
     assert "verld/__init__.py," in record
-    assert "mqtt" not in record
+    assert "verld/mqtt/main.py," in record
 
 
 def test_conffiles(control: Path) -> None:
-    """/etc/verld/verld.yaml is a conffile, so an admin's edits survive upgrades."""
+    """/etc/verld/verld.yaml and mqtt.yaml are conffiles, so an admin's edits survive upgrades."""
     # debhelper marks what the package puts in /etc.
-    assert (control / "conffiles").read_text().split() == ["/etc/verld/verld.yaml"]
+    assert sorted((control / "conffiles").read_text().split()) == [
+        MQTT_CONFIG,
+        "/etc/verld/verld.yaml",
+    ]
 
 
 # --- control fields --------------------------------------------------------------------
@@ -345,12 +370,21 @@ def test_version_is_verlds(deb: Path) -> None:
 
 
 def test_depends_and_recommends(deb: Path) -> None:
-    """Depends: serial, yaml, structlog at pyproject's floors; uvloop and systemd recommended."""
-    # Depends: python3-serial, python3-yaml and python3-structlog at pyproject's floors, not
-    # python3-uvloop, which is recommended with python3-systemd.
+    """Depends: serial, yaml, structlog, paho-mqtt at pyproject's floors; uvloop recommended."""
+    # Depends: python3-serial, python3-yaml and python3-structlog at pyproject's floors and
+    # python3-paho-mqtt at the mqtt extra's, not python3-uvloop, which is recommended with
+    # python3-systemd.
     depends = relations(field(deb, "Depends"))
     recommends = relations(field(deb, "Recommends"))
     assert {"python3-serial", "python3-yaml", "python3-structlog", "python3"} <= depends.keys()
+    # verld-mqtt's paho-mqtt, at the `mqtt` extra's floor (1.6: Debian 12's 1.6.1)
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    (paho,) = (r for r in extras["mqtt"] if r.startswith("paho-mqtt"))
+    floor = re.search(r">=([0-9.]+)", paho)
+    assert floor, paho
+    assert depends.get("python3-paho-mqtt") == f">= {floor[1]}", depends
     assert "python3-uvloop" not in depends
     assert {"python3-systemd", "python3-uvloop"} <= recommends.keys()
     floors = {}
@@ -399,6 +433,57 @@ def test_units_stopped_on_removal(control: Path) -> None:
         assert f"'{unit}'" in prerm
 
 
+def run_script(control: Path, script: str, arg: str, tmp_path: Path, *, listed: bool) -> list[str]:
+    """`sh <script> <arg>` from the control archive with every command it runs a stub that
+    logs its arguments; `dpkg-statoverride --list` finds an override if `listed`. The
+    commands run, in order."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(parents=True, exist_ok=True)
+    log = tmp_path / f"{script}-{arg}.log"
+    stub = (
+        '#!/bin/sh\necho "${0##*/} $*" >>"$STUB_LOG"\n'
+        'if [ "${0##*/} $1" = "dpkg-statoverride --list" ]; then exit "$STUB_LIST_RC"; fi\n'
+    )
+    for command in (
+        "systemd-sysusers",
+        "systemd-tmpfiles",
+        "py3compile",
+        "pypy3compile",
+        "py3clean",
+        "deb-systemd-helper",
+        "deb-systemd-invoke",
+        "systemctl",
+        "dpkg",
+        "find",
+        "dpkg-statoverride",
+    ):
+        (stubs / command).write_text(stub)
+        (stubs / command).chmod(0o755)
+    env = {"PATH": str(stubs), "STUB_LOG": str(log), "STUB_LIST_RC": "0" if listed else "1"}
+    run(["/bin/sh", "-e", str(control / script), arg], env=env)
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_postinst_gives_the_mqtt_config_to_its_group(control: Path, tmp_path: Path) -> None:
+    """postinst makes /etc/verld/mqtt.yaml root:verld-mqtt 0640 once sysusers made the group."""
+    # With a statoverride (dpkg keeps it through upgrades), unless one is there already.
+    calls = run_script(control, "postinst", "configure", tmp_path, listed=False)
+    add = f"dpkg-statoverride --update --add root verld-mqtt 0640 {MQTT_CONFIG}"
+    assert add in calls, calls
+    sysusers = next(i for i, c in enumerate(calls) if re.match(r"systemd-sysusers .*verld", c))
+    assert sysusers < calls.index(f"dpkg-statoverride --list {MQTT_CONFIG}") < calls.index(add)
+    kept = run_script(control, "postinst", "configure", tmp_path / "kept", listed=True)
+    assert not [c for c in kept if "--add" in c], kept
+
+
+def test_postrm_purge_drops_the_mqtt_config_override(control: Path, tmp_path: Path) -> None:
+    """postrm purge removes the statoverride of /etc/verld/mqtt.yaml; remove leaves it."""
+    purge = run_script(control, "postrm", "purge", tmp_path, listed=True)
+    assert f"dpkg-statoverride --remove {MQTT_CONFIG}" in purge, purge
+    remove = run_script(control, "postrm", "remove", tmp_path, listed=True)
+    assert not [c for c in remove if c.startswith("dpkg-statoverride")], remove
+
+
 def test_sysusers_and_tmpfiles_work_in_a_root(deb: Path, tmp_path: Path) -> None:
     """In a root of its own, what postinst runs makes verld and verld-mqtt and /run/verld."""
     # systemd-sysusers makes users verld (in dialout) and verld-mqtt, systemd-tmpfiles then
@@ -433,25 +518,42 @@ def test_packaged_verld_imports_from_the_package_and_debian(root: Path) -> None:
 
 @pytest.mark.usefixtures("system_libs")
 def test_packaged_programs_start(root: Path) -> None:
-    """The packaged verld checks its config and tells its version; verlctl and verld-sim help."""
-    # verld checks the packaged config; verld --version is verld's; verlctl and verld-sim answer
-    # --help.
+    """The packaged verld and verld-mqtt check their configs and tell their version; all help."""
+    # verld checks /etc/verld/verld.yaml, verld-mqtt /etc/verld/mqtt.yaml (as shipped);
+    # --version is verld's; verlctl, verld-sim and verld-mqtt answer --help.
     env = root_env(root)
-    verld_bin = str(root / "usr/bin/verld")
-    config = str(root / "etc/verld/verld.yaml")
-    run(system_python(verld_bin, "--check-config", config), env=env, cwd=root)
-    version = run(system_python(verld_bin, "--version"), env=env, cwd=root).stdout
-    assert version.strip() == f"verld {verld.__version__}"
-    for program in ("verlctl", "verld-sim"):
+    for program, config in (("verld", "verld.yaml"), ("verld-mqtt", "mqtt.yaml")):
+        path = str(root / "usr/bin" / program)
+        argv = system_python(path, "--check-config", str(root / "etc/verld" / config))
+        checked = run(argv, env=env, cwd=root)
+        assert checked.stdout.strip().endswith(f"{config}: ok"), checked.stdout
+        version = run(system_python(path, "--version"), env=env, cwd=root).stdout
+        assert version.strip() == f"{program} {verld.__version__}"
+    for program in ("verlctl", "verld-sim", "verld-mqtt"):
         argv = system_python(str(root / "usr/bin" / program), "--help")
         usage = run(argv, env=env, cwd=root).stdout
         assert usage.startswith(f"usage: {program}"), usage
 
 
 @pytest.mark.usefixtures("system_libs")
-def test_packaged_daemon_serves_the_simulated_device(root: Path, tmp_path: Path) -> None:
-    """The packaged verld brings the link up on `port: sim` and SIGTERM stops it with exit 0."""
-    # Its verld-sim child comes from the package too, and it is asked by the packaged verlctl.
+def test_packaged_bridge_runs_on_debians_paho(root: Path) -> None:
+    """The packaged verld.mqtt imports Debian's python3-paho-mqtt (1.6.1 on Debian 12)."""
+    code = (
+        "import paho.mqtt, verld.mqtt.bridge, verld.mqtt.mqttconn as m;"
+        "print(paho.mqtt.__version__, paho.mqtt.__file__, m.__file__)"
+    )
+    probe = run(system_python("-c", code), env=root_env(root), cwd=root).stdout
+    version, paho_file, conn_file = probe.split()
+    assert paho_file.startswith("/usr/lib/python3/dist-packages/paho/"), paho_file
+    assert conn_file == str(root / "usr/lib/python3/dist-packages/verld/mqtt/mqttconn.py")
+    assert re.fullmatch(r"[12]\.\d+(\.\d+)?", version), version
+
+
+@contextmanager
+def packaged_verld(root: Path, tmp_path: Path) -> Iterator[Path]:
+    """The packaged verld on `port: sim` with its link up (its verld-sim child is the
+    package's too, asked by the packaged verlctl); its socket. SIGTERM stops it with exit
+    0 and removes the socket."""
     sock = tmp_path / "verld.sock"
     config = tmp_path / "verld.yaml"
     config.write_text(
@@ -485,10 +587,82 @@ def test_packaged_daemon_serves_the_simulated_device(root: Path, tmp_path: Path)
 
     try:
         wait_for(link_up, 20, lambda: f"the link up (verlctl status: {seen!r})")
+        yield sock
     finally:
         code = stop_process(daemon, signal.SIGTERM, grace=15)
     assert code == 0, log_path.read_text()
     assert not sock.exists()
+
+
+@pytest.mark.usefixtures("system_libs")
+def test_packaged_daemon_serves_the_simulated_device(root: Path, tmp_path: Path) -> None:
+    """The packaged verld brings the link up on `port: sim` and SIGTERM stops it with exit 0."""
+    with packaged_verld(root, tmp_path) as sock:
+        assert sock.is_socket()
+
+
+@pytest.mark.usefixtures("system_libs")
+def test_packaged_bridge_publishes_the_device(root: Path, tmp_path: Path) -> None:
+    """The packaged verld-mqtt, on Debian's paho-mqtt, puts the packaged verld on mosquitto."""
+    # The device's retained state says its link is up; SIGTERM stops the bridge with exit 0.
+    mosquitto, sub = need("mosquitto", "mosquitto"), need("mosquitto_sub", "mosquitto-clients")
+    port = free_port()
+    broker_conf = tmp_path / "mosquitto.conf"
+    # as root, mosquitto would switch to its own user: stay this one
+    user = pwd.getpwuid(os.getuid()).pw_name
+    broker_conf.write_text(
+        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nuser {user}\n"
+    )
+    broker_log = tmp_path / "mosquitto.log"
+    with broker_log.open("wb") as log:
+        broker = subprocess.Popen([mosquitto, "-c", str(broker_conf)], stdout=log, stderr=log)
+    base = "verld/debtest"
+    try:
+        with packaged_verld(root, tmp_path) as sock:
+            config = tmp_path / "mqtt.yaml"
+            bridge_config = {
+                "broker": {"host": "127.0.0.1", "port": port},
+                "base": base,
+                "devices": {"dev": str(sock)},
+                "log": {"format": "json"},
+            }
+            config.write_text(yaml.safe_dump(bridge_config))
+            log_path = tmp_path / "verld-mqtt.log"
+            with log_path.open("wb") as log:
+                bridge = subprocess.Popen(
+                    system_python(str(root / "usr/bin/verld-mqtt"), "--config", str(config)),
+                    env=root_env(root),
+                    cwd=tmp_path,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            seen = ""
+
+            def device_up() -> bool:
+                nonlocal seen
+                assert bridge.poll() is None, f"verld-mqtt exited:\n{log_path.read_text()}"
+                argv = [sub, "-h", "127.0.0.1", "-p", str(port), "-t", f"{base}/dev/state"]
+                got = subprocess.run(
+                    [*argv, "-C", "1", "-W", "2"],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                    timeout=10,
+                )
+                seen = got.stdout.strip() or got.stderr.strip()
+                try:
+                    return got.returncode == 0 and json.loads(seen)["state"] == "up"
+                except ValueError:
+                    return False
+
+            try:
+                wait_for(device_up, 30, lambda: f"{base}/dev/state up (last: {seen!r})")
+            finally:
+                code = stop_process(bridge, signal.SIGTERM, grace=15)
+            assert code == 0, log_path.read_text()
+            assert "mqtt_connected" in log_path.read_text()
+    finally:
+        stop_process(broker, signal.SIGTERM, grace=5)
 
 
 # --- make install PREFIX=/usr --------------------------------------------------------------

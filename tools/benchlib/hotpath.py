@@ -103,17 +103,29 @@ for _ in range(REPEAT):
     best = min(best, (time.process_time() - t0) / done)
 
 opcodes = 0
-def tracer(frame, event, arg):
-    frame.f_trace_opcodes, frame.f_trace_lines = True, False
-    def local(frame, event, arg):
+if sys.version_info >= (3, 12):  # sys.monitoring: 3.12's settrace gives no opcode events
+    mon = sys.monitoring
+    mon.use_tool_id(mon.DEBUGGER_ID, "hotpath")
+    def instruction(code, offset):
         global opcodes
-        if event == "opcode":
-            opcodes += 1
+        opcodes += 1
+    mon.register_callback(mon.DEBUGGER_ID, mon.events.INSTRUCTION, instruction)
+    mon.set_events(mon.DEBUGGER_ID, mon.events.INSTRUCTION)
+    traced = run(2000)
+    mon.set_events(mon.DEBUGGER_ID, 0)
+    mon.free_tool_id(mon.DEBUGGER_ID)
+else:
+    def tracer(frame, event, arg):
+        frame.f_trace_opcodes, frame.f_trace_lines = True, False
+        def local(frame, event, arg):
+            global opcodes
+            if event == "opcode":
+                opcodes += 1
+            return local
         return local
-    return local
-sys.settrace(tracer)
-traced = run(2000)
-sys.settrace(None)
+    sys.settrace(tracer)
+    traced = run(2000)
+    sys.settrace(None)
 
 profile = cProfile.Profile()
 profile.enable()

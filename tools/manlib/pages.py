@@ -42,14 +42,6 @@ VERLD_FORMS: list[tuple[list[str], set[str]]] = [
     (["--check-config"], {"--check-config"}),
     (["--version"], {"--version"}),
 ]
-#: verld-mqtt(8) is not in the Debian package (debian/verld.manpages): other pages
-#: name it only with where it comes from
-MQTT_NOTE = (
-    "The MQTT bridge for a fleet, \\fBverld\\-mqtt\\fR, is not in the Debian package: "
-    "pip installs it (docs/deploy.md, \\(lqInstalling the Debian package\\(rq), and "
-    "\\fBmake install\\fR installs it with its page, \\fBverld\\-mqtt\\fR(8)."
-)
-
 #: the example in verld.yaml(5); parsed by the real loader when the page is built
 EXAMPLE_CONFIG = """\
 # /etc/verld/verld.yaml: a USB-serial device speaking verl
@@ -317,10 +309,10 @@ def verld_page(ctx: Context) -> str:
     ])  # fmt: skip
     _systemd_files(page, md.find(ctx.doc("docs/deploy.md"), "Deploying", "docs/deploy.md"))
     _examples(page, parser)
-    _see_also(page, ["verlctl(1)", "verld.yaml(5)", "verld-sim(1)",
+    _see_also(page, ["verlctl(1)", "verld.yaml(5)", "verld-sim(1)", "verld-mqtt(8)",
                      "systemd.service(5)", "systemd.socket(5)"],
               ["docs/deploy.md", "docs/protocol.md", "docs/architecture.md",
-               "docs/reliability.md", "docs/security.md"], MQTT_NOTE)  # fmt: skip
+               "docs/reliability.md", "docs/security.md"])  # fmt: skip
     return page.render()
 
 

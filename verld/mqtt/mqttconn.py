@@ -14,6 +14,9 @@ the loop's reader callback, and the 1-second timer runs its keepalive (`loop_mis
 The blocking part of paho, `connect` (DNS, TCP connect, the TLS handshake), runs
 once per connection in a worker thread; the CONNECT it queues is written from the
 loop once it returns, and `connect` then awaits the CONNACK. Nothing else blocks.
+The TLS context verifies strictly (`VERIFY_X509_STRICT`, as Python 3.13's default
+does, on every Python), and a broker certificate it refuses is named with what it
+lacks (`handshake_error`: "the broker's CA certificate lacks keyUsage").
 
 What paho sends is accepted at once, so its `want_write` is always false and the
 unsent bytes are here (`pending`): the bridge stops handing out publishes while they
@@ -36,9 +39,12 @@ from collections.abc import Callable
 from typing import Any
 
 from paho.mqtt import client as paho
+from paho.mqtt import reasoncodes
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from verld.tlserrors import handshake_error
 
 __all__ = ["MqttConnection", "MqttError", "Will"]
 
@@ -48,6 +54,8 @@ MISC_SECONDS = 1.0
 _API: tuple[Any, ...] = (
     (paho.CallbackAPIVersion.VERSION2,) if hasattr(paho, "CallbackAPIVersion") else ()
 )
+#: paho 2's ReasonCode; 1.6's ReasonCodes (a deprecated alias in 2.x)
+_ReasonCode: Any = getattr(reasoncodes, "ReasonCode", None) or reasoncodes.ReasonCodes
 _AGAIN = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
@@ -75,6 +83,24 @@ class _Paho(paho.Client):
     def _sock_send(self, buf: bytes | bytearray) -> int:
         self._out.append(bytes(buf))
         return len(buf)
+
+    if not _API:  # paho 1.6 only
+
+        def _handle_disconnect(self) -> int:  # type: ignore[override]
+            """paho 1.6 reads an MQTT 5 DISCONNECT's reason code only when properties follow
+            it, so the broker's reason without them (mosquitto's "Session taken over") went
+            unseen until the broker closed the socket: read it, as paho 2 does."""
+            packet = self._in_packet["packet"]
+            if self._protocol == paho.MQTTv5 and 1 <= len(packet) <= 2:
+                try:
+                    reason = _ReasonCode(PacketTypes.DISCONNECT, identifier=packet[0])
+                except (AssertionError, KeyError, ValueError):
+                    pass  # (a code MQTT 5 does not define: left to paho, as before)
+                else:
+                    self._loop_rc_handle(reason)
+                    return 0
+            handle: Callable[[], Any] = super()._handle_disconnect
+            return int(handle())
 
 
 class _Correlation(Properties):
@@ -138,7 +164,8 @@ class MqttConnection:
         c.max_inflight_messages_set(0)  # (unlimited: the bridge keeps its own window)
         if username is not None:
             c.username_pw_set(username, password)
-        if tls is not None:
+        if tls is not None:  # RFC 5280's rules on every Python (3.13's default has them)
+            tls.verify_flags |= ssl.VERIFY_X509_STRICT
             c.tls_set_context(tls)
         c.will_set(*will)
         c.on_message = lambda _c, _u, msg: on_message(msg)
@@ -174,7 +201,7 @@ class MqttConnection:
             start.add_done_callback(lambda _f: self.close())  # (a socket made too late)
             raise
         except (OSError, ValueError) as exc:
-            raise MqttError(str(exc) or type(exc).__name__) from exc
+            raise MqttError(handshake_error(exc, "broker")) from exc  # (verify: why)
         self._sock = sock = c.socket()
         if sock is None:
             raise MqttError(self._reason or "the connection closed at once")
@@ -363,14 +390,16 @@ class MqttConnection:
         if _code(rc) == 0:
             self._connack.set_result(None)
         else:
-            self._reason = f"refused: {_words(rc)}"
+            self._reason = f"refused: {_words(rc, PacketTypes.CONNACK)}"
             self._connack.set_exception(MqttError(self._reason))
 
     def _on_disconnect(self, _c: Any, _u: Any, *args: Any) -> None:
-        # paho 2: (flags, reason, properties); 1.6: (rc) or, on MQTT 5, (rc, properties)
+        # paho 2: (flags, reason, properties); 1.6: (rc) or, on MQTT 5, (rc, properties),
+        # rc a ReasonCodes from the broker's DISCONNECT, else paho's own MQTT_ERR_* int
         rc = args[1] if _API else args[0]
         if self._reason is None and _code(rc) != 0:
-            self._reason = _words(rc)
+            disconnect = PacketTypes.DISCONNECT
+            self._reason = paho.error_string(rc) if isinstance(rc, int) else _words(rc, disconnect)
 
     def _on_publish(self, _c: Any, _u: Any, mid: int, *_rest: Any) -> None:
         fut = self._acks.pop(mid, None)
@@ -384,13 +413,22 @@ class MqttConnection:
             return
         codes = [_code(g) for g in granted]
         if any(code >= 0x80 for code in codes):
-            fut.set_exception(MqttError(f"subscribe refused: {[_words(g) for g in granted]}"))
+            words = [_words(g, PacketTypes.SUBACK) for g in granted]
+            fut.set_exception(MqttError(f"subscribe refused: {words}"))
         else:
             fut.set_result(None)
 
 
-def _words(rc: Any) -> str:
-    """A reason code as words: paho's ReasonCode(s) name it, a 1.6 int is looked up."""
+def _words(rc: Any, packet: int) -> str:
+    """A reason code in a `packet` (CONNACK, SUBACK, DISCONNECT) as words, as paho 2 names
+    it. paho 1.6 gives some as an int: a 3.1.1 CONNACK's return code (1-5), or an MQTT 5
+    code (132, Unsupported protocol version, for a broker without MQTT 5; a 3.1.1 SUBACK's
+    128)."""
     if isinstance(rc, int):
-        return paho.connack_string(rc) if rc < 6 else paho.error_string(rc)
+        if packet == PacketTypes.CONNACK and rc < 6:
+            return paho.connack_string(rc)
+        try:
+            rc = _ReasonCode(packet, identifier=rc)
+        except (AssertionError, KeyError, ValueError):
+            return f"[code:{rc}]"
     return f"[code:{_code(rc)}] {rc}"

@@ -26,17 +26,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from verld.config import Config, NetworkConfig
-from verld.fronts.network.access import (
-    allowed,
-    handshake_error,
-    host_of,
-    keepalive,
-    tls_context,
-)
+from verld.fronts.network.access import allowed, host_of, keepalive, tls_context
 from verld.fronts.network.conn import NetConn
 from verld.fronts.network.refusals import Refusals
 from verld.fronts.network.relay import MODEM_POLL, Relay
 from verld.fronts.stream import Share
+from verld.tlserrors import handshake_error
 
 if TYPE_CHECKING:
     from verld.fronts.base import Core
