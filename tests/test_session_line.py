@@ -96,6 +96,17 @@ class TestNoReply:
             rig.wire.deliver(b"ALARM tick\n")
         assert result[0].error is None and len(rig.events) == 3
 
+    def test_on_length_a_frame_in_the_quiet_time_is_dropped_and_counted(self) -> None:
+        """`reply: false` on length: written once, a frame in its quiet time counted."""
+        rig = SessionRig("device: {port: /dev/fake, codec: length, guard: 0.1}\n")
+        rig.connect()
+        result = rig.call(b"\x07set", reply=False)
+        assert written(rig) == [b"\x07set"]
+        rig.wire.deliver(rig.wire.event(b"stray"))
+        rig.clock.advance(0.2)
+        assert [(r.error, r.data) for r in result] == [(None, b"")]
+        assert rig.session.link.unexpected == 1 and rig.events == []
+
     def test_reply_false_on_verl_is_a_bad_request(self) -> None:
         """On verl every request is answered: `reply: false` is refused, unsent."""
         rig = SessionRig("device: {port: /dev/fake}\n")
