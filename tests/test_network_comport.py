@@ -18,6 +18,7 @@ import pytest
 import serial
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from verld.codec.rfc2217 import CONTROL, SERVER, Cmd
 from verld.codec.telnet import ComPort, Telnet
@@ -138,6 +139,72 @@ def test_passthrough_dtr_on_a_pty_is_answered_as_asked_and_noted(
     out = server.handle(Cmd.SET_CONTROL, bytes((CONTROL["dtr_off"],)))
     assert out == [(SERVER + Cmd.SET_CONTROL, bytes((CONTROL["dtr_off"],)))]
     assert server.not_applied == ["dtr"]
+
+
+def _pty_refuses_even_parity() -> bool:
+    master, slave = pty.openpty()
+    try:
+        attrs = termios.tcgetattr(slave)
+        attrs[2] |= termios.PARENB
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    except termios.error:
+        return True
+    finally:
+        os.close(slave)
+        os.close(master)
+    return False
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.skipif(not _pty_refuses_even_parity(), reason="this kernel's ptys take even parity")
+def test_passthrough_setting_the_pty_refuses_is_answered_in_force_logged_once_not_reapplied(
+    pty_serial: tuple[serial.Serial, int],
+) -> None:
+    """Passthrough: even parity and 7 bits (tcsetattr EINVAL on a pty) answered N/8, warned once."""
+    ser, slave = pty_serial
+    server = ComPortServer(DEV, apply=True, port=ser)
+    with capture_logs() as logs:
+        for _ in range(2):
+            assert server.handle(Cmd.SET_PARITY, b"\x03") == [(SERVER + Cmd.SET_PARITY, b"\x01")]
+        assert server.handle(Cmd.SET_DATASIZE, b"\x07") == [(SERVER + Cmd.SET_DATASIZE, b"\x08")]
+        assert server.handle(Cmd.SET_BAUDRATE, (9600).to_bytes(4, "big")) == [
+            (SERVER + Cmd.SET_BAUDRATE, (9600).to_bytes(4, "big"))
+        ]
+    assert (ser.parity, ser.bytesize) == ("N", 8)  # (pyserial's store holds what is in effect)
+    attrs = termios.tcgetattr(slave)
+    assert attrs[4] == termios.B9600  # (the next change applied, the refused values not with it)
+    assert not attrs[2] & termios.PARENB and attrs[2] & termios.CSIZE == termios.CS8
+    refused = [e for e in logs if e["event"] == "network_setting_refused"]
+    assert [(e["log_level"], e["setting"], e["value"]) for e in refused] == [
+        ("warning", "parity", "even"), ("warning", "bytesize", 7)
+    ]  # fmt: skip
+    assert all(e["error"] == "[Errno 22] Invalid argument" for e in refused)
+
+
+class _Unsettable(serial.Serial):
+    """A pyserial Serial (never opened) whose every reconfigure fails as tcsetattr does."""
+
+    def __init__(self) -> None:
+        super().__init__(baudrate=115200)
+        self.is_open = True  # (so that the setters reconfigure)
+
+    def _reconfigure_port(self, force_update: bool = False) -> None:
+        raise termios.error(22, "Invalid argument")
+
+
+@pytest.mark.timeout(10)
+def test_passthrough_refused_setting_is_put_back_even_when_reapplying_fails() -> None:
+    """A port refusing every change: the answer and pyserial's store keep the value in effect."""
+    port = _Unsettable()
+    try:
+        server = ComPortServer(DEV, apply=True, port=port)
+        with capture_logs() as logs:
+            assert server.handle(Cmd.SET_PARITY, b"\x03") == [(SERVER + Cmd.SET_PARITY, b"\x01")]
+            assert server.handle(Cmd.SET_BAUDRATE, (9600).to_bytes(4, "big"))[0][1] == bytes(BAUD)
+        assert (port.parity, port.baudrate) == ("N", 115200)
+        assert [e["setting"] for e in logs] == ["parity", "baudrate"]
+    finally:
+        port.is_open = False
 
 
 def test_passthrough_without_a_port_answers_the_values_in_effect() -> None:

@@ -3,17 +3,24 @@
 Strategy: as tests/test_network.py (verld on a verld-sim, line codec, real sockets),
 with the sim on TCP for the `tcp://` case and its control socket's `unplug` for
 the vanishing port; the taps are read by an API client subscribed to `traffic` and
-`wire`, as `verlctl monitor` reads them.
+`wire`, as `verlctl monitor` reads them. A line setting the pty refuses (even
+parity: `tcsetattr` fails EINVAL) is asked by pyserial's `rfc2217://` client, and the
+pty's termios read back from outside.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import pty
 import socket
+import termios
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+import serial
 from support import free_port
 
 from verld.client import ClientError
@@ -131,3 +138,71 @@ def test_a_passthrough_connection_ends_a_lease_and_an_inhibit_is_busy(held: Held
         assert info.value.code == "busy"
         assert info.value.message.startswith("already inhibited by network hold 127.0.0.1:")
     held.d.wait_state("up")
+
+
+def _pty_refuses_even_parity() -> bool:
+    master, slave = pty.openpty()
+    try:
+        attrs = termios.tcgetattr(slave)
+        attrs[2] |= termios.PARENB
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    except termios.error:
+        return True
+    finally:
+        os.close(slave)
+        os.close(master)
+    return False
+
+
+def _cflag_and_speed(link: str) -> tuple[int, int]:
+    fd = os.open(link, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        attrs = termios.tcgetattr(fd)
+        return int(attrs[2]), int(attrs[4])
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:serial.rfc2217")
+@pytest.mark.skipif(not _pty_refuses_even_parity(), reason="this kernel's ptys take even parity")
+def test_a_setting_the_port_refuses_keeps_the_connection_and_is_not_reapplied(
+    tmp_path: Path,
+) -> None:
+    """Even parity refused by the pty: answered N, warned once, the next 9600 applies alone."""
+    rig = Held(tmp_path, protocol="rfc2217")
+    try:
+        url = f"rfc2217://127.0.0.1:{rig.port}?ign_set_control"
+        with serial.serial_for_url(url, baudrate=115200, timeout=3) as port:
+            answers: list[bytes] = []  # (the server's SET-PARITY answers, as pyserial gets them)
+            item = cast(Any, port)._rfc2217_port_settings["parity"]
+            check = item.check_answer
+
+            def answered(value: bytes) -> None:
+                answers.append(bytes(value))
+                check(value)
+
+            item.check_answer = answered
+            with pytest.raises(ValueError, match="remote rejected value for option 'parity'"):
+                port.parity = serial.PARITY_EVEN
+            assert answers == [b"\x01"]  # NONE: the parity in effect
+            # (pyserial keeps E and sends it again with the baud rate: refused again, and the
+            # baud rate applies without it)
+            with pytest.raises(ValueError, match="remote rejected value for option 'parity'"):
+                port.baudrate = 9600
+            assert answers == [b"\x01", b"\x01"]
+            cflag, speed = _cflag_and_speed(rig.sim.link)
+            assert speed == termios.B9600
+            assert not cflag & termios.PARENB
+            port.write(b"PING\n")
+            assert port.readline() == b"PONG\n"  # (the connection stayed)
+            log = rig.d.log()
+            assert log.count("network_setting_refused") == 1
+            line = json.loads(next(ln for ln in log.splitlines() if "setting_refused" in ln))
+            assert (line["level"], line["name"], line["setting"], line["value"]) == (
+                "warning", "hold", "parity", "even")  # fmt: skip
+            assert line["error"] == "[Errno 22] Invalid argument"
+        rig.d.wait_state("up")
+        assert _cflag_and_speed(rig.sim.link)[1] == termios.B115200
+    finally:
+        rig.stop()

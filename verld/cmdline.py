@@ -380,8 +380,9 @@ def announce(start: Start, fmt: str, env: Mapping[str, str] = os.environ) -> Non
     if sim:
         tries.append(f"{ctl} --socket {sock} call {_sim_example(cfg.device.codec)}")
     if fmt != "console":
-        log.info("listening", socket=sock, port=cfg.device.port, codec=cfg.device.codec,
-                 verlctl=tries[0])  # fmt: skip
+        log.info(
+            "listening", socket=sock, port=cfg.device.port, codec=cfg.device.codec, verlctl=tries[0]
+        )
         return
     what = "the simulated device" if sim else cfg.device.port
     print(

@@ -120,8 +120,14 @@ class Link:
     @classmethod
     def from_config(cls, cfg: Config, rng: random.Random | None = None) -> Link:
         rc, hb = cfg.reconnect, cfg.heartbeat
-        return cls(initial=rc.initial, maximum=rc.max, misses=hb.misses, interval=hb.interval,
-                   guard=cfg.device.guard, rng=rng)  # fmt: skip
+        return cls(
+            initial=rc.initial,
+            maximum=rc.max,
+            misses=hb.misses,
+            interval=hb.interval,
+            guard=cfg.device.guard,
+            rng=rng,
+        )
 
     def configure(self, cfg: Config) -> None:
         """Take `reconnect`, `heartbeat` and `device.guard` (at start and on reload)."""
@@ -282,8 +288,10 @@ class Link:
             return f"device out of step ({owed} of {pings} pings never answered in a resync)"
         if self.consecutive_timeouts >= self.misses:
             return f"device not answering ({self.consecutive_timeouts} pings in a row)"
-        return (f"device not answering ({self.silent_calls} calls in a row timed out "
-                "with no byte from the device)")  # fmt: skip
+        return (
+            f"device not answering ({self.silent_calls} calls in a row timed out "
+            "with no byte from the device)"
+        )
 
     # --- out of step: late answers (codecs without seqs) ----------------------------
     def begin_resync(self) -> None:

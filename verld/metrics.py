@@ -113,19 +113,27 @@ def _ports(lines: list[str], ports: list[dict[str, Any]]) -> None:
         ("verld_port_open", "gauge", "1 while a program has the virtual port open.", "open"),
         ("verld_port_calls_total", "counter", "Requests programs wrote to the port.", "calls"),
         ("verld_port_answered_total", "counter", "Port calls the device answered.", "ok"),
-        ("verld_port_dropped_total", "counter",
-         "Answers and events not delivered to the port (nobody there, backlog full).",
-         "dropped"),
-        ("verld_port_ignored_bytes_total", "counter",
-         "Bytes a program wrote that were ignored (read-only, out of step).", "ignored"),
+        (
+            "verld_port_dropped_total",
+            "counter",
+            "Answers and events not delivered to the port (nobody there, backlog full).",
+            "dropped",
+        ),
+        (
+            "verld_port_ignored_bytes_total",
+            "counter",
+            "Bytes a program wrote that were ignored (read-only, out of step).",
+            "ignored",
+        ),
         ("verld_port_bad_frames_total", "counter", "Malformed requests dropped.", "bad_frames"),
-    )  # fmt: skip
+    )
     for name, kind, help_text, key in series:
         _metric(lines, name, kind, help_text)
         for port in ports:
             lines.append(f'{name}{{link="{_label(port["link"])}"}} {int(port.get(key, 0))}')
-    _metric(lines, "verld_port_failed_total", "counter",
-            "Port calls that got no answer, by error code.")  # fmt: skip
+    _metric(
+        lines, "verld_port_failed_total", "counter", "Port calls that got no answer, by error code."
+    )
     for port in ports:
         link = _label(port["link"])
         for code, n in sorted(port.get("failed", {}).items()):
@@ -137,21 +145,33 @@ def _network(lines: list[str], entries: list[dict[str, Any]]) -> None:
     _metric(lines, "verld_network_connections", "gauge", "Connections open on the network port.")
     for e in entries:
         lines.append(f'verld_network_connections{{name="{_label(e["name"])}"}} {e["connections"]}')
-    _metric(lines, "verld_network_refused_total", "counter",
-            "Connections refused at the network port, by why.")  # fmt: skip
+    _metric(
+        lines,
+        "verld_network_refused_total",
+        "counter",
+        "Connections refused at the network port, by why.",
+    )
     for e in entries:
         for why, n in sorted(e["refused"].items()):
             lines.append(
                 f'verld_network_refused_total{{name="{_label(e["name"])}",why="{why}"}} {n}'
             )
-    _metric(lines, "verld_network_calls_total", "counter",
-            "Calls from the network port's connections, by outcome.")  # fmt: skip
+    _metric(
+        lines,
+        "verld_network_calls_total",
+        "counter",
+        "Calls from the network port's connections, by outcome.",
+    )
     for e in entries:
         name = _label(e["name"])
         for outcome, n in (("ok", e["ok"]), *sorted(e["failed"].items())):
             lines.append(f'verld_network_calls_total{{name="{name}",outcome="{outcome}"}} {n}')
-    _metric(lines, "verld_network_bytes_total", "counter",
-            "Bytes through the network port, by direction (in: from its connections).")  # fmt: skip
+    _metric(
+        lines,
+        "verld_network_bytes_total",
+        "counter",
+        "Bytes through the network port, by direction (in: from its connections).",
+    )
     for e in entries:
         name = _label(e["name"])
         lines.append(f'verld_network_bytes_total{{name="{name}",dir="in"}} {e["bytes_in"]}')
@@ -205,15 +225,21 @@ def prometheus_text(
     gauges = (
         ("verld_link_up", "1 while the link is up.", int(link["state"] == "up")),
         ("verld_link_generation", "Link sessions so far.", link["generation"]),
-        ("verld_link_up_seconds", "Seconds the current link session has been up.",
-         st.get("link_up_seconds", 0.0)),
+        (
+            "verld_link_up_seconds",
+            "Seconds the current link session has been up.",
+            st.get("link_up_seconds", 0.0),
+        ),
         ("verld_uptime_seconds", "Seconds since verld started.", st.get("uptime", 0.0)),
         ("verld_clients", "Clients connected.", st.get("clients", 0)),
-        ("verld_inhibited", "1 while the port is let go of for another program.",
-         int(st.get("inhibit") is not None)),
+        (
+            "verld_inhibited",
+            "1 while the port is let go of for another program.",
+            int(st.get("inhibit") is not None),
+        ),
         ("verld_queue_depth", "Calls waiting for the link.", st["queue"]),
         ("verld_inflight", "Requests on the link awaiting a reply.", st.get("inflight", 0)),
-    )  # fmt: skip
+    )
     for name, help_text, value in gauges:
         _metric(lines, name, "gauge", help_text)
         lines.append(f"{name} {value}")

@@ -85,8 +85,16 @@ def log_transition(
     elif t.state is LinkState.DOWN:
         line = log.warning if level == "warning" else log.debug
         event = "link_still_down" if remind else "link_down"
-        line(event, link_state="down", port=port, reason=t.reason, generation=t.generation,
-             attempts=attempts, retry_in=round(retry_in, 3))  # fmt: skip
+        line(
+            event,
+            link_state="down",
+            port=port,
+            reason=t.reason,
+            generation=t.generation,
+            attempts=attempts,
+            retry_in=round(retry_in, 3),
+        )
     else:
-        log.debug("link_" + t.state.value, link_state=t.state.value, port=port,
-                  generation=t.generation)  # fmt: skip
+        log.debug(
+            "link_" + t.state.value, link_state=t.state.value, port=port, generation=t.generation
+        )

@@ -66,8 +66,15 @@ class Receiving:
     def hold(self) -> None: ...
     def flush(self) -> None: ...
     def lose(self, reason: str) -> None: ...
-    def finish(self, call: Call, error: str | None, message: str, status: int | None = None,
-               data: bytes = b"", text: str | None = None) -> None: ...  # fmt: skip
+    def finish(
+        self,
+        call: Call,
+        error: str | None,
+        message: str,
+        status: int | None = None,
+        data: bytes = b"",
+        text: str | None = None,
+    ) -> None: ...
 
     def link_data(self, data: bytes) -> None:
         """Transport callback: bytes from the device."""

@@ -182,8 +182,11 @@ class Rfc2217Link:
         client.start()
         self._inner.write(client.take_output())
         if not await self._until(lambda: client.agreed, wait):
-            raise OpenError(self._lost or f"rfc2217: COM-PORT-OPTION not agreed within {wait:g} s "
-                            "(is the server in telnet(rfc2217) mode?)")  # fmt: skip
+            raise OpenError(
+                self._lost
+                or f"rfc2217: COM-PORT-OPTION not agreed within {wait:g} s "
+                "(is the server in telnet(rfc2217) mode?)"
+            )
         asked = settings(cfg)
         for _, code, value, _ in asked:  # (all at once: one round trip, not six)
             client.answers.pop(SERVER + code, None)

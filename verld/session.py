@@ -122,8 +122,15 @@ class Session(Receiving):
         cfg, spec = self.cfg, spec_of(self.cfg)
         self.window.size = cfg.device.window if self.codec.pipelined else 1
         self.line.stop()
-        line = self.line = discipline_for(spec, cfg, self.codec, self.link, clock=self.clock,
-                                          precise=self.precise, quiet=self._line_quiet)  # fmt: skip
+        line = self.line = discipline_for(
+            spec,
+            cfg,
+            self.codec,
+            self.link,
+            clock=self.clock,
+            precise=self.precise,
+            quiet=self._line_quiet,
+        )
         queue = line.queue(self.queue)
         if queue is not self.queue:
             if len(self.queue):
@@ -181,9 +188,15 @@ class Session(Receiving):
         """Accept a call; its `done` runs exactly once, maybe before this returns."""
         call.t_submit = self.precise()
         queue, link = self.queue, self.link
-        if (self._debug or link.closing or link.inhibited_by is not None
-                or link.state is not _UP or queue.exclusive is not None
-                or self._screen is not None or not call.reply):  # fmt: skip
+        if (
+            self._debug
+            or link.closing
+            or link.inhibited_by is not None
+            or link.state is not _UP
+            or queue.exclusive is not None
+            or self._screen is not None
+            or not call.reply
+        ):
             self._submit(call)  # the rarer cases, one by one
             return
         # The usual call (the per-call hot path): the link is up and open to everyone.
@@ -202,8 +215,9 @@ class Session(Receiving):
         """`submit` with every case checked: DEBUG lines, closing, inhibited, down, a
         lease, a line's screen."""
         if self._debug:
-            log.debug("call_received", client=call.owner, request_id=call.req_id,
-                      bytes=len(call.payload))  # fmt: skip
+            log.debug(
+                "call_received", client=call.owner, request_id=call.req_id, bytes=len(call.payload)
+            )
         refused = self._refusal(call)
         if refused is not None:
             self.finish(call, *refused)
@@ -285,10 +299,16 @@ class Session(Receiving):
     def _sendable(self) -> bool:
         """Calls may go out now: up, no guard, a transport, room, not held."""
         link = self.link
-        return (link.state is _UP and link.guard_until is None and not self._holds
-                and self._transport is not None and self.window.room() > 0
-                and link.inhibited_by is None and not link.resyncing
-                and (self._clear is None or self._clear()))  # fmt: skip
+        return (
+            link.state is _UP
+            and link.guard_until is None
+            and not self._holds
+            and self._transport is not None
+            and self.window.room() > 0
+            and link.inhibited_by is None
+            and not link.resyncing
+            and (self._clear is None or self._clear())
+        )
 
     def pump(self) -> None:
         """Move calls from the queue onto the link while the window has room."""
@@ -361,8 +381,15 @@ class Session(Receiving):
             log.debug("call_retry", client=call.owner, request_id=call.req_id, try_=call.tries)
         transport.write(call.frame)
 
-    def finish(self, call: Call, error: str | None, message: str, status: int | None = None,
-                data: bytes = b"", text: str | None = None) -> None:  # fmt: skip
+    def finish(
+        self,
+        call: Call,
+        error: str | None,
+        message: str,
+        status: int | None = None,
+        data: bytes = b"",
+        text: str | None = None,
+    ) -> None:
         # `precise`, not loop.time(): uvloop's clock ticks in whole milliseconds.
         elapsed = self.precise() - call.t_submit if call.t_submit else 0.0
         if not call.is_ping:
@@ -377,8 +404,14 @@ class Session(Receiving):
                 if gone is not None:
                     self.line.unit_offline(gone, self.queue, self.finish)
             if self._debug:
-                log.debug("call_done", client=call.owner, request_id=call.req_id, error=error,
-                          status=status, ms=round(elapsed * 1000, 3))  # fmt: skip
+                log.debug(
+                    "call_done",
+                    client=call.owner,
+                    request_id=call.req_id,
+                    error=error,
+                    status=status,
+                    ms=round(elapsed * 1000, 3),
+                )
         # tuple.__new__: CallResult's own __new__ is a Python function, once per call
         result = (error, message, status, data, text, elapsed * 1000, self.link.generation)
         call.done(_new_tuple(CallResult, result))
@@ -435,10 +468,16 @@ class Session(Receiving):
         """The `status` reply's session part (`wall`: wall-clock time now)."""
         t, link = self._transport, self.link
         since = wall - (self.clock.time() - link.since) if link.since else self.started
-        return self.stats.status(link.status(self.port, self.cfg.device.codec, since), link,
-            now=self.clock.time(), live=(0, 0) if t is None else (t.bytes_tx, t.bytes_rx),
-            bad_frames=self.codec.bad_frames, queue=len(self.queue), inflight=len(self.window),
-            extra=self.line.status())  # fmt: skip
+        return self.stats.status(
+            link.status(self.port, self.cfg.device.codec, since),
+            link,
+            now=self.clock.time(),
+            live=(0, 0) if t is None else (t.bytes_tx, t.bytes_rx),
+            bad_frames=self.codec.bad_frames,
+            queue=len(self.queue),
+            inflight=len(self.window),
+            extra=self.line.status(),
+        )
 
 
 def _nothing(_: str) -> None:

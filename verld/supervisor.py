@@ -129,8 +129,14 @@ class Supervisor:
         s = self.session
         now, link = s.clock.time(), s.link
         told = self._outage.tell(transition, now)
-        log_transition(transition, port=s.port, retry_in=link.retry_in(now), level=told.level,
-                       attempts=link.attempts, remind=told.remind)  # fmt: skip
+        log_transition(
+            transition,
+            port=s.port,
+            retry_in=link.retry_in(now),
+            level=told.level,
+            attempts=link.attempts,
+            remind=told.remind,
+        )
         if told.event:
             self._on_link(transition)
 

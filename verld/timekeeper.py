@@ -68,8 +68,15 @@ class Host(Protocol):
     @property
     def attached(self) -> LinkTransport | None: ...
 
-    def finish(self, call: Call, error: str | None, message: str, status: int | None = None,
-               data: bytes = b"", text: str | None = None) -> None: ...  # fmt: skip
+    def finish(
+        self,
+        call: Call,
+        error: str | None,
+        message: str,
+        status: int | None = None,
+        data: bytes = b"",
+        text: str | None = None,
+    ) -> None: ...
 
     def pump(self) -> None: ...
 
@@ -150,10 +157,13 @@ class Timekeeper:
         sent = call.deadline - call.timeout
         hold = 0.0 if call.is_ping or retry else sent + s.cfg.device.timeout
         after, probe = s.link.timed_out(
-            self.clock.time(), seqs=s.codec.pipelined, ping=call.is_ping,
+            self.clock.time(),
+            seqs=s.codec.pipelined,
+            ping=call.is_ping,
             spent=not retry and not call.is_ping and not turns,
             probes=not turns and self.probes(),
-            hold_until=hold)  # fmt: skip
+            hold_until=hold,
+        )
         if not retry or after is AfterTimeout.FAIL or after is AfterTimeout.DEAD:
             tries = f" ({call.tries} tries)" if call.tries > 1 else ""
             s.finish(call, ErrorCode.TIMEOUT, f"no answer within {call.timeout:g} s{tries}")
@@ -318,8 +328,14 @@ class Timekeeper:
     def _heartbeat(self) -> None:
         s = self.s
         due = s.link.ping_due_at()
-        if (due is None or s.attached is None or s.ping_payload is None
-                or s.link.inhibited_by or self._pinging or s.link.resyncing):  # fmt: skip
+        if (
+            due is None
+            or s.attached is None
+            or s.ping_payload is None
+            or s.link.inhibited_by
+            or self._pinging
+            or s.link.resyncing
+        ):
             return  # (a ping on its way re-arms the heartbeat when it ends)
         now = self.clock.time()
         if now < due - 0.001:

@@ -187,8 +187,12 @@ def _os_reason(exc: OSError) -> str:
 
 
 #: TIOCMGET bits → RFC 2217 MODEMSTATE bits (CD, RI, DSR, CTS)
-_MODEM = ((termios.TIOCM_CD, 0x80), (termios.TIOCM_RI, 0x40), (termios.TIOCM_DSR, 0x20),
-          (termios.TIOCM_CTS, 0x10))  # fmt: skip
+_MODEM = (
+    (termios.TIOCM_CD, 0x80),
+    (termios.TIOCM_RI, 0x40),
+    (termios.TIOCM_DSR, 0x20),
+    (termios.TIOCM_CTS, 0x10),
+)
 
 
 def modem_bits(fd: int) -> int | None:

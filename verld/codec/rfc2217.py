@@ -47,11 +47,19 @@ PARITY = {"N": 1, "O": 2, "E": 3, "M": 4, "S": 5}
 STOPSIZE = {"1": 1, "2": 2, "1.5": 3}
 #: SET-CONTROL values
 CONTROL = {
-    "flow_none": 1, "flow_xonxoff": 2, "flow_hardware": 3,
-    "break_request": 4, "break_on": 5, "break_off": 6,
-    "dtr_request": 7, "dtr_on": 8, "dtr_off": 9,
-    "rts_request": 10, "rts_on": 11, "rts_off": 12,
-}  # fmt: skip
+    "flow_none": 1,
+    "flow_xonxoff": 2,
+    "flow_hardware": 3,
+    "break_request": 4,
+    "break_on": 5,
+    "break_off": 6,
+    "dtr_request": 7,
+    "dtr_on": 8,
+    "dtr_off": 9,
+    "rts_request": 10,
+    "rts_on": 11,
+    "rts_off": 12,
+}
 
 
 def pack_value(code: int, value: int | bytes) -> bytes:

@@ -266,11 +266,14 @@ def link_path(item: Item) -> str:
     if "\0" in path:
         raise BadValue("a path cannot contain a NUL byte")
     if not path.startswith("/"):
-        raise BadValue(f"expected an absolute path such as /run/verld/ttyV0, got {path!r} "
-                       "(programs open it from anywhere)")  # fmt: skip
+        raise BadValue(
+            f"expected an absolute path such as /run/verld/ttyV0, got {path!r} "
+            "(programs open it from anywhere)"
+        )
     if path.endswith("/"):
-        raise BadValue(f"{path!r} names a directory; give the link's own name, "
-                       "e.g. /run/verld/ttyV0")  # fmt: skip
+        raise BadValue(
+            f"{path!r} names a directory; give the link's own name, e.g. /run/verld/ttyV0"
+        )
     return os.path.normpath(path)
 
 
@@ -307,8 +310,10 @@ def listener(example: str) -> Check:
     def listen(item: Item) -> str:
         v = item.value
         if isinstance(v, int) and not isinstance(v, bool):  # a port alone: say where the host goes
-            raise BadValue(f'expected HOST:PORT such as "{example}", got the number {v}; '
-                           f'write the host too: "127.0.0.1:{v}"')  # fmt: skip
+            raise BadValue(
+                f'expected HOST:PORT such as "{example}", got the number {v}; '
+                f'write the host too: "127.0.0.1:{v}"'
+            )
         text = string(item, f'HOST:PORT such as "{example}"')
         try:
             host_port(text)

@@ -27,8 +27,10 @@ def _cidr(item: Item) -> str:
     text = leaves.string(item, "a network such as 192.168.1.0/24")
     if "%" in text:
         bare = re.sub(r"%[^/]*", "", text.strip())
-        raise BadValue(f"expected a network without an IPv6 scope id, got {text!r}: allow "
-                       f"matches addresses on every interface; write {bare}")  # fmt: skip
+        raise BadValue(
+            f"expected a network without an IPv6 scope id, got {text!r}: allow "
+            f"matches addresses on every interface; write {bare}"
+        )
     try:
         net = ipaddress.ip_network(text.strip())
     except ValueError as exc:
@@ -43,9 +45,11 @@ def _cidr(item: Item) -> str:
     mapped = net.network_address.ipv4_mapped if net.version == 6 else None
     if mapped is not None and net.prefixlen >= 96:
         ipv4 = ipaddress.ip_network(f"{mapped}/{net.prefixlen - 96}")
-        raise BadValue(f"{text!r} is an IPv4-mapped IPv6 network, which never matches: "
-                       f"IPv4 clients (of a [::] listener too) are matched as IPv4; "
-                       f"write the IPv4 form {ipv4}")  # fmt: skip
+        raise BadValue(
+            f"{text!r} is an IPv4-mapped IPv6 network, which never matches: "
+            f"IPv4 clients (of a [::] listener too) are matched as IPv4; "
+            f"write the IPv4 form {ipv4}"
+        )
     return str(net)
 
 
@@ -126,8 +130,10 @@ def exposed(entry: NetworkConfig, host: str) -> str | None:
     if entry.allow or (entry.tls is not None and entry.tls.ca):
         return None
     if entry.mode == "passthrough":
-        return ("a passthrough port hands the device over (whoever holds it can reflash it): "
-                "add allow: [CIDR, ...] or tls.ca (client certificates)")  # fmt: skip
+        return (
+            "a passthrough port hands the device over (whoever holds it can reflash it): "
+            "add allow: [CIDR, ...] or tls.ca (client certificates)"
+        )
     if not loopback(host):
         return (
             f"{host} is not a loopback address: anyone who reaches it could use the device; "
@@ -142,11 +148,15 @@ def network(item: Item) -> tuple[NetworkConfig, ...]:
     found: list[NetworkConfig] = []
     first: dict[str, int] = {}
     needs = "a network port needs listen: HOST:PORT, e.g. listen: 127.0.0.1:4000"
-    for child, entry in entries(item, ENTRY, noun="network port", key="listen",
-                                example="127.0.0.1:4000", needs=needs):  # fmt: skip
+    for child, entry in entries(
+        item, ENTRY, noun="network port", key="listen", example="127.0.0.1:4000", needs=needs
+    ):
         if entry.label in first:
-            item.ctx.error(child, f"name {entry.label!r} is already the name of the entry on "
-                           f"line {first[entry.label]}; give one of them a name")  # fmt: skip
+            item.ctx.error(
+                child,
+                f"name {entry.label!r} is already the name of the entry on "
+                f"line {first[entry.label]}; give one of them a name",
+            )
             continue
         why = exposed(entry, entry.listen.rpartition(":")[0].strip("[]"))
         if why is not None and f"{child.path}.allow" not in item.ctx.bad:

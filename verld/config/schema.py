@@ -66,8 +66,12 @@ _FLAT = Section(
     unknown=lambda key, flat: unknown_flat_key(key, flat, SECTION_KEYS),
 )
 #: where each flat key lives in the sectioned format (host: no key of its own)
-_FLAT_PATH = {"timeout": "device.timeout", "retry": "device.retry", "log_level": "log.level",
-              "adapter": "device.codec"}  # fmt: skip
+_FLAT_PATH = {
+    "timeout": "device.timeout",
+    "retry": "device.retry",
+    "log_level": "log.level",
+    "adapter": "device.codec",
+}
 #: the same, as the mixed-format message says it
 _FLAT_EQUIVALENT = {
     "host": "device.port: tcp://HOST:PORT",

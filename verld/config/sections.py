@@ -148,11 +148,14 @@ def _ports(item: Item) -> tuple[PortConfig, ...]:
     ports: list[PortConfig] = []
     first: dict[str, int] = {}
     needs = "a port needs a link: the path programs open, e.g. link: /run/verld/ttyV0"
-    for child, port in entries(item, _PORT, noun="port", key="link",
-                               example="/run/verld/ttyV0", needs=needs):  # fmt: skip
+    for child, port in entries(
+        item, _PORT, noun="port", key="link", example="/run/verld/ttyV0", needs=needs
+    ):
         if port.link in first:
-            item.ctx.error(child, f"link {port.link} is already the link of the port on "
-                           f"line {first[port.link]}")  # fmt: skip
+            item.ctx.error(
+                child,
+                f"link {port.link} is already the link of the port on line {first[port.link]}",
+            )
             continue
         first[port.link] = child.line
         ports.append(port)

@@ -187,12 +187,15 @@ def entries(
     required `key` set (`needs` says so when it is not). A mapping in place of the list,
     a bare string in place of an entry and a bad entry are reported (the mapping raises)."""
     if isinstance(item.value, dict):
-        raise BadValue(f"expected a list of {noun}s (- {key}: {example}), got a mapping; "
-                       "put a '- ' before the entry")  # fmt: skip
+        raise BadValue(
+            f"expected a list of {noun}s (- {key}: {example}), got a mapping; "
+            "put a '- ' before the entry"
+        )
     for child in item.items():
         if isinstance(child.value, str):
-            item.ctx.error(child, f"expected a {noun} entry, got {child.value!r}; write "
-                           f"- {key}: {child.value}")  # fmt: skip
+            item.ctx.error(
+                child, f"expected a {noun} entry, got {child.value!r}; write - {key}: {child.value}"
+            )
             continue
         try:
             entry = build(child, section)

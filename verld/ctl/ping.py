@@ -48,9 +48,12 @@ class PingStats:
 def cmd_ping(c: Client, args: argparse.Namespace) -> int:
     (port, codec), ping = _device(c)
     if ping is None:
-        print(f"verlctl: the device has no ping (codec {codec}): set heartbeat.payload in "
-              "verld's config to a request it answers (e.g. PING, AT or *IDN? on a line "
-              "device, 010300000001 on Modbus)", file=sys.stderr)  # fmt: skip
+        print(
+            f"verlctl: the device has no ping (codec {codec}): set heartbeat.payload in "
+            "verld's config to a request it answers (e.g. PING, AT or *IDN? on a line "
+            "device, 010300000001 on Modbus)",
+            file=sys.stderr,
+        )
         return 2
     if not args.json:
         print(f"PING {port} via {c.socket_path}", flush=True)

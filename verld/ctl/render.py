@@ -195,12 +195,14 @@ def _modbus_rows(front: Any) -> Rows:
         return []
     exceptions = front.get("exceptions") or {}
     shown = ", ".join(f"{_code(code)} x{n}" for code, n in exceptions.items()) or "none"
-    return [(
-        "modbus",
-        f"{safe(front.get('listen'))}  {front.get('connections')} connections  "
-        f"calls {front.get('calls')}  exceptions {shown}  "
-        f"malformed {front.get('closed_malformed')}",
-    )]  # fmt: skip
+    return [
+        (
+            "modbus",
+            f"{safe(front.get('listen'))}  {front.get('connections')} connections  "
+            f"calls {front.get('calls')}  exceptions {shown}  "
+            f"malformed {front.get('closed_malformed')}",
+        )
+    ]
 
 
 def _port_rows(ports: object) -> Rows:
@@ -214,12 +216,14 @@ def _port_rows(ports: object) -> Rows:
         failed = p.get("failed") or {}
         shown = ", ".join(f"{safe(code)} x{n}" for code, n in failed.items()) or "0"
         mode = "" if p.get("write", True) else "  read-only"
-        rows.append((
-            "vport",
-            f"{safe(p.get('link'))}  {'open' if p.get('open') else 'closed'}{mode}  "
-            f"calls {p.get('calls')}  ok {p.get('ok')}  failed {shown}  "
-            f"dropped {p.get('dropped')}  ignored {p.get('ignored')}",
-        ))  # fmt: skip
+        rows.append(
+            (
+                "vport",
+                f"{safe(p.get('link'))}  {'open' if p.get('open') else 'closed'}{mode}  "
+                f"calls {p.get('calls')}  ok {p.get('ok')}  failed {shown}  "
+                f"dropped {p.get('dropped')}  ignored {p.get('ignored')}",
+            )
+        )
     return rows
 
 
@@ -234,14 +238,17 @@ def _network_rows(entries: object) -> Rows:
         failed = ", ".join(f"{safe(k)} x{n}" for k, n in (e.get("failed") or {}).items()) or "0"
         refused = ", ".join(f"{safe(k)} x{n}" for k, n in (e.get("refused") or {}).items()) or "0"
         holder = f"  held by {safe(e.get('holder'))}" if e.get("holder") else ""
-        rows.append((
-            "network",
-            f"{safe(e.get('name'))} {safe(e.get('listen'))} {safe(e.get('protocol'))} "
-            f"{safe(e.get('mode'))}  {e.get('connections')} connections{holder}  "
-            f"calls {e.get('calls')}  ok {e.get('ok')}  failed {failed}  refused {refused}  "
-            f"dropped {e.get('dropped')}  ignored {e.get('ignored')}  "
-            f"bad {e.get('bad_frames', 0)}  bytes in {e.get('bytes_in')} out {e.get('bytes_out')}",
-        ))  # fmt: skip
+        rows.append(
+            (
+                "network",
+                f"{safe(e.get('name'))} {safe(e.get('listen'))} {safe(e.get('protocol'))} "
+                f"{safe(e.get('mode'))}  {e.get('connections')} connections{holder}  "
+                f"calls {e.get('calls')}  ok {e.get('ok')}  failed {failed}  refused {refused}  "
+                f"dropped {e.get('dropped')}  ignored {e.get('ignored')}  "
+                f"bad {e.get('bad_frames', 0)}  "
+                f"bytes in {e.get('bytes_in')} out {e.get('bytes_out')}",
+            )
+        )
     return rows
 
 

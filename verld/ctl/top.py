@@ -38,8 +38,13 @@ def take(c: Client) -> Sample:
     status = c.status()
     programs = c.request("programs")
     metrics = c.request("metrics")["text"]
-    return Sample(time.monotonic(), status, programs.get("programs", []),
-                  programs.get("link_changes", []), buckets_of(metrics))  # fmt: skip
+    return Sample(
+        time.monotonic(),
+        status,
+        programs.get("programs", []),
+        programs.get("link_changes", []),
+        buckets_of(metrics),
+    )
 
 
 def cmd_top(c: Client, args: argparse.Namespace) -> int:
@@ -55,12 +60,23 @@ def cmd_top(c: Client, args: argparse.Namespace) -> int:
         cur = take(c)
         if args.json:  # the rows with their rates, as the screen would show them
             rows = [vars(row) for row in program_rows(prev, cur, SORTS[0])]
-            print(json.dumps({"interval": interval, "programs": rows,
-                              "link_changes": cur.link_changes}), flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {"interval": interval, "programs": rows, "link_changes": cur.link_changes}
+                ),
+                flush=True,
+            )
             return 0
         width = shutil.get_terminal_size((80, 24)).columns
-        lines = frame(prev, cur, width=width, height=PIPED_HEIGHT, source=source,
-                      interval=interval, keys=False)  # fmt: skip
+        lines = frame(
+            prev,
+            cur,
+            width=width,
+            height=PIPED_HEIGHT,
+            source=source,
+            interval=interval,
+            keys=False,
+        )
         print("\n".join(text.rstrip() for text, _ in lines), flush=True)
         return 0
     return int(curses.wrapper(_Screen(c, source, interval).run))
@@ -138,9 +154,16 @@ class _Screen:
             scr.addnstr(0, 0, note or "waiting for verld…", max(0, width - 1), self.trouble)
             scr.refresh()
             return
-        lines = frame(self.prev, self.cur, width=max(1, width - 1), height=height,
-                      sort=self.sort, source=self.source, interval=self.interval,
-                      note=note)  # fmt: skip
+        lines = frame(
+            self.prev,
+            self.cur,
+            width=max(1, width - 1),
+            height=height,
+            sort=self.sort,
+            source=self.source,
+            interval=self.interval,
+            note=note,
+        )
         for y, (text, bad) in enumerate(lines[:height]):
             scr.addnstr(y, 0, text, max(0, width - 1), self.trouble if bad else curses.A_NORMAL)
         scr.refresh()

@@ -138,8 +138,17 @@ def program_rows(prev: Sample | None, cur: Sample, sort: str) -> list[Row]:
             rate = _rate(moved, old.get("bytes_in", 0) + old.get("bytes_out", 0), dt)
         else:
             rate = _rate(p.get("calls", 0), old.get("calls", 0), dt)
-        rows.append(Row(p["front"], str(p["who"]), rate, int(p.get("ok", 0)),
-                        int(p.get("failed", 0)), int(p.get("waiting", 0)), held))  # fmt: skip
+        rows.append(
+            Row(
+                p["front"],
+                str(p["who"]),
+                rate,
+                int(p.get("ok", 0)),
+                int(p.get("failed", 0)),
+                int(p.get("waiting", 0)),
+                held,
+            )
+        )
     keys = {
         "calls/s": lambda r: (-r.rate, -r.waiting, r.who),
         "failed": lambda r: (-r.failed, -r.rate, r.who),
@@ -209,8 +218,12 @@ def _program_lines(rows: list[Row], width: int, room: int) -> list[Line]:
         rate = f"{r.rate / 1000:.1f}kB/s" if r.passthrough else f"{r.rate:.1f}"
         ok, failed = ("-", "-") if r.passthrough else (str(r.ok), str(r.failed))
         who = fit(r.who, name_w - 1)
-        lines.append((f"{r.front:<8}{who:<{name_w}}{rate:>10}{ok:>8}{failed:>9}{r.waiting:>6}",
-                      r.failed > 0 and not r.passthrough))  # fmt: skip
+        lines.append(
+            (
+                f"{r.front:<8}{who:<{name_w}}{rate:>10}{ok:>8}{failed:>9}{r.waiting:>6}",
+                r.failed > 0 and not r.passthrough,
+            )
+        )
     if fits < len(rows):
         lines.append((f"        … {len(rows) - fits} more", False))
     return lines

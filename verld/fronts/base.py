@@ -273,9 +273,14 @@ class Core:
             listener.device_event(data, text, generation)
 
     def link_event(self, transition: Transition) -> None:
-        self.link_changes.append({"t": round(time.time(), 3), "state": transition.state.value,
-                                  "reason": transition.reason,
-                                  "generation": transition.generation})  # fmt: skip
+        self.link_changes.append(
+            {
+                "t": round(time.time(), 3),
+                "state": transition.state.value,
+                "reason": transition.reason,
+                "generation": transition.generation,
+            }
+        )
         for listener in self.listeners:
             listener.link_event(transition)
 

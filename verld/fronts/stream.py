@@ -314,8 +314,9 @@ class ProgramStream:
         outcomes, failed = self.counts.outcomes, self.stats.failed
         outcomes[ErrorCode.BUSY] = outcomes.get(ErrorCode.BUSY, 0) + n
         failed[ErrorCode.BUSY] = failed.get(ErrorCode.BUSY, 0) + n
-        log.debug(f"{self.kind}_call_failed", **self.where, error=ErrorCode.BUSY,
-                  message=message, calls=n)  # fmt: skip
+        log.debug(
+            f"{self.kind}_call_failed", **self.where, error=ErrorCode.BUSY, message=message, calls=n
+        )
 
     def _failed(self, code: str, message: str) -> None:
         failed = self.stats.failed

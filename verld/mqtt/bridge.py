@@ -91,15 +91,20 @@ class Bridge:
         self.topics = Topics(cfg.topic_base)
         self.outbox = Outbox()
         self.devices = {
-            name: Device(name, path, self.topics, self.outbox,
-                         status_interval=cfg.status_interval, on_change=self._device_changed)
+            name: Device(
+                name,
+                path,
+                self.topics,
+                self.outbox,
+                status_interval=cfg.status_interval,
+                on_change=self._device_changed,
+            )
             for name, path in cfg.devices.items()
-        }  # fmt: skip
+        }
         self.intake = Intake(self.topics, self.devices.keys(), calls=cfg.calls)
         self.tasks = Tasks()  #: the bridge's owner, entered by `run` (module docstring)
         self.dispatch = Dispatcher(self.intake, self.devices, self.outbox, self.tasks)
-        self.entities = Entities(cfg.entities, self.devices, self.topics, self.outbox,
-                                 self.tasks)  # fmt: skip
+        self.entities = Entities(cfg.entities, self.devices, self.topics, self.outbox, self.tasks)
         configs = [config_topic(self.host, e) for e in cfg.entities]
         self.forgetting = Forgetting(self.host, self.devices, configs)
         self.stopping = asyncio.Event()
@@ -123,17 +128,25 @@ class Bridge:
             self.tasks.start(self._report_drops(), name="drops")
             if self.entities:
                 self.tasks.start(self.entities.run(), name="entities")
-                self.tasks.start(self.entities.report_every(self.cfg.status_interval),
-                                 name="entities report")  # fmt: skip
+                self.tasks.start(
+                    self.entities.report_every(self.cfg.status_interval), name="entities report"
+                )
             self.status_line()
             await self._broker_loop()
             self.tasks.cancel()  # (devices and reporter run until cancelled; so may a call)
         c = self.intake.counters
-        log.info("stopped", requests=c.requests, replies=c.replies, bad_requests=c.bad_requests,
-                 refused=c.refused, expired=c.expired, duplicates=c.duplicates,
-                 events_dropped=self.outbox.events_dropped,
-                 replies_dropped=self.outbox.replies_dropped,
-                 values_dropped=self.outbox.values_dropped)  # fmt: skip
+        log.info(
+            "stopped",
+            requests=c.requests,
+            replies=c.replies,
+            bad_requests=c.bad_requests,
+            refused=c.refused,
+            expired=c.expired,
+            duplicates=c.duplicates,
+            events_dropped=self.outbox.events_dropped,
+            replies_dropped=self.outbox.replies_dropped,
+            values_dropped=self.outbox.values_dropped,
+        )
 
     def status_line(self) -> None:
         broker = f"{self.cfg.broker.host}:{self.cfg.broker.port}"
@@ -169,8 +182,13 @@ class Bridge:
             await asyncio.sleep(DROP_REPORT_SECONDS)
             dropped = self.outbox.drops_to_report()
             if dropped:
-                log.warning("events_dropped", where="bridge", dropped=dropped,
-                            total=self.outbox.events_dropped, connected=self.connected)  # fmt: skip
+                log.warning(
+                    "events_dropped",
+                    where="bridge",
+                    dropped=dropped,
+                    total=self.outbox.events_dropped,
+                    connected=self.connected,
+                )
 
     # --- the broker connection ---------------------------------------------------------
     async def _broker_loop(self) -> None:
@@ -244,8 +262,14 @@ class Bridge:
             self._pump()
             self.entities.catch_up()
             b = self.cfg.broker
-            log.info("mqtt_connected", host=b.host, port=b.port, protocol=b.protocol,
-                     client_id=self.cfg.client_id, base=self.topics.base)  # fmt: skip
+            log.info(
+                "mqtt_connected",
+                host=b.host,
+                port=b.port,
+                protocol=b.protocol,
+                client_id=self.cfg.client_id,
+                base=self.topics.base,
+            )
             self.status_line()
             async with Tasks() as race:
                 stop = race.start(self.stopping.wait(), name="mqtt session: stop")
@@ -285,8 +309,12 @@ class Bridge:
         """Logged as a warning once per outage, then at INFO for each failed retry."""
         b = self.cfg.broker
         (log.warning if first else log.info)(
-            "mqtt_disconnected", host=b.host, port=b.port, reason=reason,
-            retry_in=round(retry_in, 2))  # fmt: skip
+            "mqtt_disconnected",
+            host=b.host,
+            port=b.port,
+            reason=reason,
+            retry_in=round(retry_in, 2),
+        )
         self.status_line()
 
     async def _goodbye(self, conn: MqttConnection) -> None:
@@ -298,8 +326,9 @@ class Bridge:
         while self.outbox.pending_replies and self._loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         try:
-            mid = conn.publish(self.topics.bridge_state, bridge_state(False), self.cfg.qos,
-                               True, None)  # fmt: skip
+            mid = conn.publish(
+                self.topics.bridge_state, bridge_state(False), self.cfg.qos, True, None
+            )
             async with asyncio.timeout(GOODBYE_TIMEOUT):
                 await conn.published(mid)
         except (MqttError, TimeoutError) as exc:
@@ -322,8 +351,7 @@ class Bridge:
                 if item is None:
                     return
                 try:
-                    mid = conn.publish(item.topic, item.payload, qos, item.retain,
-                                       item.correlation)  # fmt: skip
+                    mid = conn.publish(item.topic, item.payload, qos, item.retain, item.correlation)
                 except (MqttError, ValueError) as exc:
                     outbox.lost(item)
                     log.debug("publish_failed", topic=item.topic, error=str(exc))

@@ -350,13 +350,15 @@ class Intake:
         echo = request.echo if isinstance(request, CallRequest) else None
         if refusal is not None:
             self.counters.refused += 1
-            reply = error_reply("forbidden", f"replies may not go to {response_topic!r}: "
-                                f"{refusal}", echo)  # fmt: skip
+            reply = error_reply(
+                "forbidden", f"replies may not go to {response_topic!r}: {refusal}", echo
+            )
         elif device not in self.devices:
             self.counters.bad_requests += 1
             known = ", ".join(sorted(self.devices)) or "none"
-            reply = error_reply("bad_request", f"no device {device!r} here (devices: {known})",
-                                echo)  # fmt: skip
+            reply = error_reply(
+                "bad_request", f"no device {device!r} here (devices: {known})", echo
+            )
         elif not self.calls:
             self.counters.refused += 1
             reply = error_reply("forbidden", "calls are off on this bridge (calls: false)", echo)
@@ -385,8 +387,14 @@ class Intake:
         if run.key is not None:
             self.cache.abandon(run.key)
 
-    def _answer(self, key: Key | None, routes: tuple[Route, ...], reply: dict[str, Any],
-                now: float, payload: bytes | None = None) -> Answer:  # fmt: skip
+    def _answer(
+        self,
+        key: Key | None,
+        routes: tuple[Route, ...],
+        reply: dict[str, Any],
+        now: float,
+        payload: bytes | None = None,
+    ) -> Answer:
         payload = encode(reply) if payload is None else payload
         if key is not None:
             self.cache.store(key, payload, now)

@@ -125,8 +125,9 @@ def _word(item: Item) -> str:
 def _base(item: Item) -> str:
     text = leaves.string(item, 'a topic prefix such as "verld/site1"')
     if not text:
-        raise BadValue("expected a topic prefix such as \"verld/site1\", got ''; "
-                       "use null for verld/<host>")  # fmt: skip
+        raise BadValue(
+            "expected a topic prefix such as \"verld/site1\", got ''; use null for verld/<host>"
+        )
     if "+" in text or "#" in text:
         raise BadValue(f"{text!r} has an MQTT wildcard (+ or #); a base is a plain topic prefix")
     if text.endswith("/"):
@@ -141,8 +142,9 @@ def _base(item: Item) -> str:
 def _devices(item: Item) -> Mapping[str, str]:
     """NAME → socket path; each bad entry is reported and skipped."""
     if isinstance(item.value, list):
-        raise BadValue("expected a mapping NAME: SOCKET (e.g. psu: /run/verld/psu/verld.sock), "
-                       "got a list")  # fmt: skip
+        raise BadValue(
+            "expected a mapping NAME: SOCKET (e.g. psu: /run/verld/psu/verld.sock), got a list"
+        )
     table: dict[str, str] = {}
     first: dict[str, str] = {}
     for name, child in item.children():
@@ -212,8 +214,9 @@ def _root(item: Item) -> BridgeConfig:
     if item.value is None:
         return BridgeConfig()
     if not isinstance(item.value, MarkedMap):
-        item.ctx.error(item, f"the top level must be a mapping (broker:, devices:, ...), "
-                       f"got {given(item)}")  # fmt: skip
+        item.ctx.error(
+            item, f"the top level must be a mapping (broker:, devices:, ...), got {given(item)}"
+        )
         return BridgeConfig()
     kwargs: dict[str, Any] = {}
     listed: Item | None = None  #: `entities:` as written
@@ -237,17 +240,23 @@ def _root(item: Item) -> BridgeConfig:
 def _cross_check(broker: BrokerConfig, ctx: Context) -> None:
     if ctx.ok("broker.cert", "broker.key") and (broker.cert is None) != (broker.key is None):
         one, missing = ("cert", "key") if broker.key is None else ("key", "cert")
-        ctx.error_at((f"broker.{one}", f"broker.{missing}"), f"needs broker.{missing} too "
-                     "(a client certificate and its key go together)")  # fmt: skip
+        ctx.error_at(
+            (f"broker.{one}", f"broker.{missing}"),
+            f"needs broker.{missing} too (a client certificate and its key go together)",
+        )
     files = [k for k in ("ca", "cert", "key") if getattr(broker, k) is not None]
     if ctx.ok("broker.tls", *(f"broker.{k}" for k in files)) and files and not broker.tls:
-        ctx.error_at((f"broker.{files[0]}", "broker.tls"),
-                     "is set but broker.tls is false; set tls: true (or remove it)")  # fmt: skip
+        ctx.error_at(
+            (f"broker.{files[0]}", "broker.tls"),
+            "is set but broker.tls is false; set tls: true (or remove it)",
+        )
     if ctx.ok("broker.password_file", "broker.username") and (
         broker.password_file is not None and broker.username is None
     ):
-        ctx.error_at(("broker.password_file", "broker.username"),
-                     "needs broker.username (MQTT sends a password with a user name)")  # fmt: skip
+        ctx.error_at(
+            ("broker.password_file", "broker.username"),
+            "needs broker.username (MQTT sends a password with a user name)",
+        )
 
 
 def parse_bridge_config(text: str, source: str = "<string>") -> BridgeConfig:

@@ -35,9 +35,13 @@ from verld.codec.registry import CODECS
 
 #: binary types: struct code and size in bytes
 BYTE_TYPES: dict[str, tuple[str, int]] = {
-    "int16": ("h", 2), "uint16": ("H", 2), "int32": ("i", 4), "uint32": ("I", 4),
-    "float32": ("f", 4), "float64": ("d", 8),
-}  # fmt: skip
+    "int16": ("h", 2),
+    "uint16": ("H", 2),
+    "int32": ("i", 4),
+    "uint32": ("I", 4),
+    "float32": ("f", 4),
+    "float64": ("d", 8),
+}
 TEXT_TYPES = ("int", "float", "str")
 ORDERS = ("big", "little")
 #: where a value can be taken from, each with what answers it
@@ -168,8 +172,9 @@ def _text(regex: re.Pattern[str], kind: str, text: str | None) -> Value:
     try:
         return int(found) if kind == "int" else float(found)
     except ValueError:
-        raise DecodeError(f"{_short(found)!r} is not {'an int' if kind == 'int' else 'a float'}"
-                          ) from None  # fmt: skip
+        raise DecodeError(
+            f"{_short(found)!r} is not {'an int' if kind == 'int' else 'a float'}"
+        ) from None
 
 
 def _modbus(data: bytes, functions: tuple[int, ...], what: str) -> bytes:
@@ -178,8 +183,10 @@ def _modbus(data: bytes, functions: tuple[int, ...], what: str) -> bytes:
         raise DecodeError(f"a reply of {len(data)} bytes is not a Modbus read reply")
     fc = data[1]
     if fc not in functions:
-        raise DecodeError(f"a reply to function code {fc}, not a read of {what} "
-                          f"(fc {' or '.join(map(str, functions))})")  # fmt: skip
+        raise DecodeError(
+            f"a reply to function code {fc}, not a read of {what} "
+            f"(fc {' or '.join(map(str, functions))})"
+        )
     body = data[3 : 3 + data[2]]
     if len(body) < data[2]:
         raise DecodeError(f"the reply says {data[2]} bytes of {what} and has {len(body)}")
@@ -191,8 +198,9 @@ def _registers(data: bytes, first: int, size: int, reverse: bool) -> bytes:
     count = size // 2
     if len(body) < 2 * (first + count):
         last = f"..{first + count - 1}" if count > 1 else ""
-        raise DecodeError(f"register {first}{last} is not in a reply of {len(body) // 2} "
-                          f"register(s)")  # fmt: skip
+        raise DecodeError(
+            f"register {first}{last} is not in a reply of {len(body) // 2} register(s)"
+        )
     words = body[2 * first : 2 * (first + count)]
     if reverse and count > 1:
         words = b"".join(words[i : i + 2] for i in range(2 * (count - 1), -1, -2))

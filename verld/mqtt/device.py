@@ -256,8 +256,13 @@ class Device:
         max_payload = device.get("max_payload") if isinstance(device, dict) else None
         self.max_payload = max_payload if type(max_payload) is int else None
         self._reason, self._warned = "verld closed the connection", False
-        log.info("verld_connected", device=self.name, socket=self.socket_path,
-                 daemon=self.daemon, link=_link_state(status))  # fmt: skip
+        log.info(
+            "verld_connected",
+            device=self.name,
+            socket=self.socket_path,
+            daemon=self.daemon,
+            link=_link_state(status),
+        )
         self._status(status)
         self._conn = conn  # (reachable before the change is told: entities poll at once)
         self._set(self.state.from_status(status), force=True)
@@ -273,8 +278,7 @@ class Device:
             except asyncio.CancelledError:
                 pass
             except Exception as exc:  # a bug: logged, and the connection starts over
-                log.error("device_task_crashed", device=self.name, error=repr(exc),
-                          exc_info=exc)  # fmt: skip
+                log.error("device_task_crashed", device=self.name, error=repr(exc), exc_info=exc)
 
     def _unreachable(self, reason: str, retry_in: float) -> None:
         """Logged once per outage (then at DEBUG); the state says `unreachable`."""
@@ -304,8 +308,13 @@ class Device:
             if payload is not None:
                 self.outbox.event(self.topics.event(self.name), payload)
         elif kind == "link":
-            log.info("verld_link", device=self.name, state=event.get("state"),
-                     reason=event.get("reason"), generation=event.get("generation"))  # fmt: skip
+            log.info(
+                "verld_link",
+                device=self.name,
+                state=event.get("state"),
+                reason=event.get("reason"),
+                generation=event.get("generation"),
+            )
             self._set(self.state.from_link_event(event))
             if self.status_interval == 0:
                 self._kick.set()  # (a status snapshot on each link change)
@@ -344,8 +353,10 @@ class Device:
         if conn is None:
             return error_reply("link_down", f"verld is unreachable ({self._reason})")
         if self.max_payload is not None and size > self.max_payload:
-            return error_reply("bad_request", f"{size} bytes of data is more than the "
-                               f"device's max_payload ({self.max_payload})")  # fmt: skip
+            return error_reply(
+                "bad_request",
+                f"{size} bytes of data is more than the device's max_payload ({self.max_payload})",
+            )
         try:
             return await conn.request("call", **fields)
         except Unreachable as exc:

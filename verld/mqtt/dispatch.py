@@ -83,8 +83,11 @@ class Dispatcher:
             self._send(self.intake.finish(run, busy, self._loop.time()), run.device)
             return
         if device.pending_by[requester] >= MAX_PENDING_EACH:
-            busy = error_reply("busy", f"{MAX_PENDING_EACH} requests replied to on {requester} "
-                               "already wait for this device")  # fmt: skip
+            busy = error_reply(
+                "busy",
+                f"{MAX_PENDING_EACH} requests replied to on {requester} "
+                "already wait for this device",
+            )
             self._send(self.intake.finish(run, busy, self._loop.time()), run.device)
             return
         device.pending += 1
@@ -116,15 +119,22 @@ class Dispatcher:
             try:
                 if run.deadline is not None and self._loop.time() > run.deadline:
                     self.intake.expire(run)
-                    log.info("call_dropped", device=device.name, reason="it expired while "
-                             "waiting in the bridge")  # fmt: skip
+                    log.info(
+                        "call_dropped",
+                        device=device.name,
+                        reason="it expired while waiting in the bridge",
+                    )
                     return None
                 reply = await device.call(run.request.fields, run.request.size)
                 if turn >= SHARE_RETRIES or not share_full(reply) or slots.busy <= 1:
                     return reply
                 if slots.shrink(slots.busy - 1):
-                    log.debug("calls_in_flight_limited", device=device.name, limit=slots.limit,
-                              reason="verld's share for the bridge is full")  # fmt: skip
+                    log.debug(
+                        "calls_in_flight_limited",
+                        device=device.name,
+                        limit=slots.limit,
+                        reason="verld's share for the bridge is full",
+                    )
             finally:
                 slots.release()
             turn += 1

@@ -55,8 +55,11 @@ REQUESTER = "entities"
 #: polls due within this many seconds start together (one wake-up for them, not one each)
 GRAIN = 0.005
 #: payload on a set topic → (the kind it is for, the call it runs)
-WORDS = {b"ON": ("switch", "turn_on"), b"OFF": ("switch", "turn_off"),
-         b"PRESS": ("button", "press")}  # fmt: skip
+WORDS = {
+    b"ON": ("switch", "turn_on"),
+    b"OFF": ("switch", "turn_off"),
+    b"PRESS": ("button", "press"),
+}
 
 
 @dataclass(slots=True)
@@ -73,8 +76,19 @@ class Counts:
 class Live:
     """One entity at run time: its decoder, topic, counters and poll state."""
 
-    __slots__ = ("again", "counts", "decoder", "entity", "failing", "misfit", "missed",
-                 "poll", "running", "size", "topic")  # fmt: skip
+    __slots__ = (
+        "again",
+        "counts",
+        "decoder",
+        "entity",
+        "failing",
+        "misfit",
+        "missed",
+        "poll",
+        "running",
+        "size",
+        "topic",
+    )
 
     def __init__(self, entity: Entity, topics: Topics) -> None:
         self.entity = entity
@@ -124,8 +138,12 @@ class Entities:
             live.missed = True  # (not an error: the link's own state says why)
             return
         if live.running:
-            log.debug("poll_skipped", device=live.entity.device, entity=live.entity.name,
-                      reason="the previous poll still runs")  # fmt: skip
+            log.debug(
+                "poll_skipped",
+                device=live.entity.device,
+                entity=live.entity.name,
+                reason="the previous poll still runs",
+            )
             return
         self._start(live)
 
@@ -162,8 +180,11 @@ class Entities:
             self._fail(live, _why(reply))
             return
         if reply.get("reply") is False:  # (verld's device.line.no_reply matched the poll)
-            self._fail(live, "verld awaited no answer: the device's line.no_reply matches "
-                       "the poll; give the poll reply: true")  # fmt: skip
+            self._fail(
+                live,
+                "verld awaited no answer: the device's line.no_reply matches "
+                "the poll; give the poll reply: true",
+            )
             return
         try:
             value: Any = decoder.decode(_data(reply), reply.get("text"))
@@ -219,8 +240,9 @@ class Entities:
         live.counts.last_error = why
         if live.misfit != why:
             live.misfit = why
-            log.warning("entity_misfit", device=live.entity.device, entity=live.entity.name,
-                        error=why)  # fmt: skip
+            log.warning(
+                "entity_misfit", device=live.entity.device, entity=live.entity.name, error=why
+            )
 
     # --- commands -----------------------------------------------------------------------
     def command(self, device: str, name: str, payload: bytes, *, retained: bool) -> None:
@@ -235,8 +257,12 @@ class Entities:
         if retained or kind != live.entity.kind or call is None:
             live.counts.ignored += 1
             (log.info if live.counts.ignored == 1 else log.debug)(
-                "entity_set_ignored", device=device, entity=name, payload=_shown(payload),
-                reason="a retained message" if retained else _takes(live.entity.kind))  # fmt: skip
+                "entity_set_ignored",
+                device=device,
+                entity=name,
+                payload=_shown(payload),
+                reason="a retained message" if retained else _takes(live.entity.kind),
+            )
             return
         log.info("entity_command", device=device, entity=name, call=key)
         self.tasks.start(self._command(live, key, call))
@@ -256,9 +282,12 @@ class Entities:
         for live in self.all:
             c = live.counts
             out.setdefault(live.entity.device, {})[live.entity.name] = {
-                "polls": c.polls, "errors": c.errors, "ignored": c.ignored,
-                "last_error": c.last_error, "last_ts": c.last_ts,
-            }  # fmt: skip
+                "polls": c.polls,
+                "errors": c.errors,
+                "ignored": c.ignored,
+                "last_error": c.last_error,
+                "last_ts": c.last_ts,
+            }
         return encode(out)
 
     def publish_report(self) -> None:

@@ -45,16 +45,21 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "button": ("press",),
 }
 _NEEDS: dict[str, tuple[str, ...]] = {
-    "sensor": ("poll", "value"), "binary_sensor": ("poll", "value"),
-    "switch": ("poll", "value", "turn_on", "turn_off"), "button": ("press",),
-}  # fmt: skip
+    "sensor": ("poll", "value"),
+    "binary_sensor": ("poll", "value"),
+    "switch": ("poll", "value", "turn_on", "turn_off"),
+    "button": ("press",),
+}
 _WHY_NOT = {
-    "unit": "unit and state_class are for sensors", "state_class": "unit and state_class "
-    "are for sensors", "turn_on": "only a switch has turn_on and turn_off", "turn_off": "only "
-    "a switch has turn_on and turn_off", "press": "only a button has press",
-    "poll": "a button is pressed, not polled", "every": "a button is pressed, not polled",
+    "unit": "unit and state_class are for sensors",
+    "state_class": "unit and state_class are for sensors",
+    "turn_on": "only a switch has turn_on and turn_off",
+    "turn_off": "only a switch has turn_on and turn_off",
+    "press": "only a button has press",
+    "poll": "a button is pressed, not polled",
+    "every": "a button is pressed, not polled",
     "value": "a button has no value",
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,19 +177,24 @@ def _fit(ctx: Context, e: Entity) -> None:
     a poll that awaits its answer."""
     spec, where = e.value, e.where
     if e.poll is not None and e.poll.reply is False:
-        ctx.error_at((f"{where}.poll.reply", where), "a poll reads the value in the answer: "
-                     "reply: false is for turn_on, turn_off and press")  # fmt: skip
+        ctx.error_at(
+            (f"{where}.poll.reply", where),
+            "a poll reads the value in the answer: reply: false is for turn_on, turn_off and press",
+        )
     if spec is None:
         return
     if spec.on_value is not None and not e.binary:
         ctx.error_at((f"{where}.value.on_value",), "only a binary_sensor or switch has on_value")
     if e.binary and spec.type == "str" and spec.on_value is None:
-        ctx.error_at((f"{where}.value.type",), f"a {e.kind} of type str needs value.on_value "
-                     "(the text that means ON)")  # fmt: skip
+        ctx.error_at(
+            (f"{where}.value.type",),
+            f"a {e.kind} of type str needs value.on_value (the text that means ON)",
+        )
     for key in ("unit", "state_class"):
         if not spec.numeric and getattr(e, key) is not None:
-            ctx.error_at((f"{where}.{key}", where), "needs a number, and this value is text "
-                         "(type str)")  # fmt: skip
+            ctx.error_at(
+                (f"{where}.{key}", where), "needs a number, and this value is text (type str)"
+            )
     if e.poll is not None and spec.where in ("register", "bit"):
         problem = modbus_read(spec, e.poll.data)
         if problem:
@@ -201,8 +211,11 @@ def entities(item: Item) -> tuple[Entity, ...]:
             continue
         key = (entity.device, entity.name)
         if key in first:
-            item.ctx.error_at((f"{child.path}.name",), f"{entity.name!r} is already an entity of "
-                              f"device {entity.device!r} (line {first[key]})")  # fmt: skip
+            item.ctx.error_at(
+                (f"{child.path}.name",),
+                f"{entity.name!r} is already an entity of "
+                f"device {entity.device!r} (line {first[key]})",
+            )
             continue
         first[key] = item.ctx.lines.get(f"{child.path}.name", child.line)
         out.append(entity)

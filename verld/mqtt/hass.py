@@ -55,18 +55,29 @@ def entity_config(topics: Topics, host: str, entity: Entity, device: dict[str, A
         config.update(payload_on="ON", payload_off="OFF")
     elif kind == "button":
         config["payload_press"] = "PRESS"
-    given = {"unit_of_measurement": entity.unit, "device_class": entity.device_class,
-             "state_class": entity.state_class, "icon": entity.icon}  # fmt: skip
+    given = {
+        "unit_of_measurement": entity.unit,
+        "device_class": entity.device_class,
+        "state_class": entity.state_class,
+        "icon": entity.icon,
+    }
     config.update((key, value) for key, value in given.items() if value is not None)
     if kind in ("sensor", "binary_sensor"):
         config["expire_after"] = max(MIN_EXPIRY, math.ceil(3 * entity.every))
     config["availability"] = [
-        {"topic": topics.bridge_state, "value_template": "{{ value_json.state }}",
-         "payload_available": "online", "payload_not_available": "offline"},
-        {"topic": topics.state(entity.device),
-         "value_template": "{{ 'online' if value_json.state == 'up' else 'offline' }}",
-         "payload_available": "online", "payload_not_available": "offline"},
-    ]  # fmt: skip
+        {
+            "topic": topics.bridge_state,
+            "value_template": "{{ value_json.state }}",
+            "payload_available": "online",
+            "payload_not_available": "offline",
+        },
+        {
+            "topic": topics.state(entity.device),
+            "value_template": "{{ 'online' if value_json.state == 'up' else 'offline' }}",
+            "payload_available": "online",
+            "payload_not_available": "offline",
+        },
+    ]
     config["availability_mode"] = "all"
     config["device"] = device
     config["origin"] = ORIGIN

@@ -69,9 +69,14 @@ async def serve(cfg: BridgeConfig, secrets: Secrets) -> int:
     bridge = Bridge(cfg, secrets)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, bridge.stopping.set)
-    log.info("starting", version=__version__, broker=f"{cfg.broker.host}:{cfg.broker.port}",
-             base=bridge.topics.base, devices=",".join(cfg.devices) or "none",
-             event_loop=type(loop).__module__.split(".")[0])  # fmt: skip
+    log.info(
+        "starting",
+        version=__version__,
+        broker=f"{cfg.broker.host}:{cfg.broker.port}",
+        base=bridge.topics.base,
+        devices=",".join(cfg.devices) or "none",
+        event_loop=type(loop).__module__.split(".")[0],
+    )
     if not cfg.devices:
         log.warning("no_devices", hint="add NAME: SOCKET entries under devices:")
     systemd.notify("READY=1")

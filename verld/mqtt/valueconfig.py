@@ -58,8 +58,10 @@ def command(item: Item) -> Command:
     """`{hex: ...}`, `{text: ...}` or `{data: BASE64}`: exactly one, at least one byte;
     and `reply: false` (or true) beside it."""
     if not isinstance(item.value, MarkedMap):
-        raise BadValue(f'expected a call: {{hex: "0103..."}}, {{text: ...}} or {{data: BASE64}}, '
-                       f"got {given(item)}")  # fmt: skip
+        raise BadValue(
+            f'expected a call: {{hex: "0103..."}}, {{text: ...}} or {{data: BASE64}}, '
+            f"got {given(item)}"
+        )
     named = [k for k in item.value if k in _CALL_KEYS]
     if len(named) > 1:
         raise BadValue(f"give one of hex, text or data, not {' and '.join(named)}")
@@ -109,8 +111,10 @@ def _regex(item: Item) -> str:
     pattern = leaves.regex(item)
     groups = re.compile(pattern).groups
     if groups != 1:
-        raise BadValue(f"{pattern!r} has {groups} groups; write exactly one, around the value "
-                       r"(e.g. 'T=([-0-9.]+)'; (?:...) groups nothing)")  # fmt: skip
+        raise BadValue(
+            f"{pattern!r} has {groups} groups; write exactly one, around the value "
+            r"(e.g. 'T=([-0-9.]+)'; (?:...) groups nothing)"
+        )
     return pattern
 
 
@@ -128,8 +132,9 @@ def _on_value(item: Item) -> int | float | str:
     if type(v) in (int, float, str):
         return v  # type: ignore[no-any-return]
     if isinstance(v, bool):
-        raise BadValue(f"expected a number or a string, got {given(item)}; write 1 or 0 (or "
-                       "quote it for text)")  # fmt: skip
+        raise BadValue(
+            f"expected a number or a string, got {given(item)}; write 1 or 0 (or quote it for text)"
+        )
     raise expected(item, "a number or a string")
 
 
@@ -155,8 +160,11 @@ def fields(item: Item, checks: Mapping[str, Callable[[Item], Any]]) -> dict[str,
     ctx, before, out = item.ctx, len(item.ctx.errors), {}
     for key, child in item.children():
         if isinstance(key, bool):
-            ctx.error(child, f"YAML reads {child.path.rsplit('.', 1)[-1]}: as {str(key).lower()}; "
-                      "a switch's calls are turn_on: and turn_off:")  # fmt: skip
+            ctx.error(
+                child,
+                f"YAML reads {child.path.rsplit('.', 1)[-1]}: as {str(key).lower()}; "
+                "a switch's calls are turn_on: and turn_off:",
+            )
         elif key not in checks:
             ctx.error(child, unknown_key(key, checks))
         else:
@@ -198,8 +206,12 @@ def _value_problems(at: str, got: dict[str, Any]) -> list[tuple[str, str]]:
         kinds = ", ".join(TEXT_TYPES if at == "pattern" else BYTE_TYPES)
         out.append((at, f"{at} needs a type: {kinds}"))
     elif at == "pattern" and kind not in TEXT_TYPES:
-        out.append(("type", f"pattern takes type {', '.join(TEXT_TYPES)} (the text it "
-                    f"matched), not {kind}"))  # fmt: skip
+        out.append(
+            (
+                "type",
+                f"pattern takes type {', '.join(TEXT_TYPES)} (the text it matched), not {kind}",
+            )
+        )
     elif at in ("register", "offset") and kind not in BYTE_TYPES:
         out.append(("type", f"{at} takes type {', '.join(BYTE_TYPES)}, not {kind}"))
     for key, needs in (("word_order", "register"), ("byte_order", "offset")):
@@ -210,8 +222,13 @@ def _value_problems(at: str, got: dict[str, Any]) -> list[tuple[str, str]]:
             out.append((key, f"{key} is for numbers, not {'a bit' if at == 'bit' else 'text'}"))
     on = got.get("on_value")
     if on is not None and isinstance(on, str) != (kind == "str"):
-        out.append(("on_value", f"{on!r} is {'text' if isinstance(on, str) else 'a number'}, "
-                    f"and the value is {'text' if kind == 'str' else 'a number'}"))  # fmt: skip
+        out.append(
+            (
+                "on_value",
+                f"{on!r} is {'text' if isinstance(on, str) else 'a number'}, "
+                f"and the value is {'text' if kind == 'str' else 'a number'}",
+            )
+        )
     return out
 
 

@@ -47,50 +47,111 @@ def _opt(*flags: str, **kwargs: Any) -> Option:
 def _where_options() -> tuple[Option, ...]:
     """Where the device lives: a pty or a TCP port (mutually exclusive)."""
     return (
-        _opt("--link", metavar="PATH",
-             help="symlink to the pty's device end (default /tmp/verld-sim-<pid>)"),
-        _opt("--tcp", metavar="PORT", type=_port,
-             help="listen on 127.0.0.1:PORT instead of a pty (0 = any free port)"),
-    )  # fmt: skip
+        _opt(
+            "--link",
+            metavar="PATH",
+            help="symlink to the pty's device end (default /tmp/verld-sim-<pid>)",
+        ),
+        _opt(
+            "--tcp",
+            metavar="PORT",
+            type=_port,
+            help="listen on 127.0.0.1:PORT instead of a pty (0 = any free port)",
+        ),
+    )
 
 
 def _device_options() -> tuple[Option, ...]:
     """What the device speaks, and its control socket."""
     return (
-        _opt("--codec", choices=tuple(CODECS), default="verl",
-             help="link codec; modbus-rtu / modbus-tcp make it a Modbus slave (see --units)"),
+        _opt(
+            "--codec",
+            choices=tuple(CODECS),
+            default="verl",
+            help="link codec; modbus-rtu / modbus-tcp make it a Modbus slave (see --units)",
+        ),
         _opt("--max-payload", metavar="N", type=_positive, default=4096),
-        _opt("--terminator", metavar="TEXT", type=_terminator, default=b"\n",
-             help="line codec: request terminator, backslash escapes allowed (default \\n)"),
+        _opt(
+            "--terminator",
+            metavar="TEXT",
+            type=_terminator,
+            default=b"\n",
+            help="line codec: request terminator, backslash escapes allowed (default \\n)",
+        ),
         _opt("--crlf", action="store_true", help="line codec: end reply lines with \\r\\n"),
-        _opt("--nmea", metavar="HZ", type=_rate, default=0.0,
-             help="line codec: be a GPS, sending a fix (NMEA GGA, RMC, GSA) HZ times a second"),
-        _opt("--units", metavar="LIST", type=_arg(parse_units), default=(1,),
-             help="modbus codecs: the unit ids served, e.g. 1,2,7 (default 1); others stay silent"),
+        _opt(
+            "--nmea",
+            metavar="HZ",
+            type=_rate,
+            default=0.0,
+            help="line codec: be a GPS, sending a fix (NMEA GGA, RMC, GSA) HZ times a second",
+        ),
+        _opt(
+            "--units",
+            metavar="LIST",
+            type=_arg(parse_units),
+            default=(1,),
+            help="modbus codecs: the unit ids served, e.g. 1,2,7 (default 1); others stay silent",
+        ),
         _opt("--control", metavar="PATH", help="Unix socket for runtime control"),
-    )  # fmt: skip
+    )
 
 
 def _fault_options() -> tuple[Option, ...]:
     """The faults at start-up (the control socket changes them at run time)."""
     return (
         _opt("--latency", metavar="MS", type=_arg(parse_ms), default=0.0),
-        _opt("--jitter", metavar="MS", type=_arg(parse_ms), default=0.0,
-             help="uniform extra latency 0..MS"),
-        _opt("--drop", metavar="P", type=_arg(parse_probability), default=0.0,
-             help="probability a request gets no reply"),
-        _opt("--corrupt", metavar="P", type=_arg(parse_probability), default=0.0,
-             help="probability a reply has one byte flipped"),
-        _opt("--garbage", metavar="P", type=_arg(parse_probability), default=0.0,
-             help="probability 1..64 random bytes precede a reply"),
-        _opt("--baud", metavar="N", type=_arg(parse_baud), default=0,
-             help="pace the line both ways at N baud, N/10 bytes per second (0 = unpaced)"),
+        _opt(
+            "--jitter",
+            metavar="MS",
+            type=_arg(parse_ms),
+            default=0.0,
+            help="uniform extra latency 0..MS",
+        ),
+        _opt(
+            "--drop",
+            metavar="P",
+            type=_arg(parse_probability),
+            default=0.0,
+            help="probability a request gets no reply",
+        ),
+        _opt(
+            "--corrupt",
+            metavar="P",
+            type=_arg(parse_probability),
+            default=0.0,
+            help="probability a reply has one byte flipped",
+        ),
+        _opt(
+            "--garbage",
+            metavar="P",
+            type=_arg(parse_probability),
+            default=0.0,
+            help="probability 1..64 random bytes precede a reply",
+        ),
+        _opt(
+            "--baud",
+            metavar="N",
+            type=_arg(parse_baud),
+            default=0,
+            help="pace the line both ways at N baud, N/10 bytes per second (0 = unpaced)",
+        ),
         _opt("--hang", action="store_true", help="start hung: read requests, never answer"),
-        _opt("--unplug-every", metavar="S", type=_arg(parse_seconds), default=0.0,
-             help="unplug every S seconds (0 = never)"),
-        _opt("--replug-after", metavar="S", type=_positive_seconds, default=1.0,
-             help="an automatic unplug lasts S seconds (default 1)"),
-    )  # fmt: skip
+        _opt(
+            "--unplug-every",
+            metavar="S",
+            type=_arg(parse_seconds),
+            default=0.0,
+            help="unplug every S seconds (0 = never)",
+        ),
+        _opt(
+            "--replug-after",
+            metavar="S",
+            type=_positive_seconds,
+            default=1.0,
+            help="an automatic unplug lasts S seconds (default 1)",
+        ),
+    )
 
 
 def _run_options() -> tuple[Option, ...]:

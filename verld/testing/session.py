@@ -117,16 +117,21 @@ class SessionRig:
         self.transitions: list[Transition] = []
         self.events: list[tuple[bytes, str | None, int]] = []
         if core:
-            self.core = Core(self.cfg, port, clock=self.clock, opener=opener or open_device,
-                             rng=rng)  # fmt: skip
+            self.core = Core(
+                self.cfg, port, clock=self.clock, opener=opener or open_device, rng=rng
+            )
             self.core.listeners.append(_Heard(self))
             # the rig runs the supervisor's steps itself: it drives the core's own parts
             self.session, self.supervisor = self.core._session, self.core._supervisor
         else:
             self.session = Session(
-                self.cfg, spec_of(self.cfg).host(self.cfg), port, clock=self.clock,
-                on_event=lambda *event: self.events.append(event), rng=rng,
-            )  # fmt: skip
+                self.cfg,
+                spec_of(self.cfg).host(self.cfg),
+                port,
+                clock=self.clock,
+                on_event=lambda *event: self.events.append(event),
+                rng=rng,
+            )
             self.supervisor = Supervisor(self.session, self._told, opener or open_device)
         self.lost = 0  #: losses the session reported (a dead heartbeat, a desync...)
         lose = self.supervisor.lose

@@ -105,8 +105,10 @@ def rtu_misframed(payload: bytes) -> str | None:
             return f"modbus-rtu: a function code 0x{fc:02x} request is too short ({short} bytes)"
         return None  # (a function code whose end only silence tells)
     if length != len(payload) + 2:
-        return (f"modbus-rtu: a function code 0x{fc:02x} request is {length - 2} bytes (unit + "
-                f"PDU), not {len(payload)}: a slave would read it as another frame")  # fmt: skip
+        return (
+            f"modbus-rtu: a function code 0x{fc:02x} request is {length - 2} bytes (unit + "
+            f"PDU), not {len(payload)}: a slave would read it as another frame"
+        )
     return None
 
 

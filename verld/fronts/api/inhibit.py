@@ -51,8 +51,13 @@ class Inhibits:
         holder = self.holder = Holder(conn, req_id, time.time())
         reason = f"inhibited by pid {conn.pid}"
         log.info("inhibit_asked", client=repr(conn), pid=conn.pid, uid=conn.uid)
-        shown = {"pid": conn.pid, "uid": conn.uid, "client": conn.name,
-                 "since": round(holder.since, 3), "front": "api"}  # fmt: skip
+        shown = {
+            "pid": conn.pid,
+            "uid": conn.uid,
+            "client": conn.name,
+            "since": round(holder.since, 3),
+            "front": "api",
+        }
         closed = core.hold(shown, reason, lambda why: self._ended(holder, why))
         holder.task = asyncio.get_running_loop().create_task(self._let_go(holder, closed, answer))
 

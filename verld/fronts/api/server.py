@@ -229,10 +229,20 @@ class ApiServer:
         rows = []
         for conn in self.clients:
             waiting = self.core.waiting(conn)
-            rows.append({"front": "api", "who": f"pid {conn.pid} {conn.name}".rstrip(),
-                         "pid": conn.pid, "uid": conn.uid, "name": conn.name, "role": conn.role,
-                         "calls": conn.ok + conn.failed + waiting, "ok": conn.ok,
-                         "failed": conn.failed, "waiting": waiting})  # fmt: skip
+            rows.append(
+                {
+                    "front": "api",
+                    "who": f"pid {conn.pid} {conn.name}".rstrip(),
+                    "pid": conn.pid,
+                    "uid": conn.uid,
+                    "name": conn.name,
+                    "role": conn.role,
+                    "calls": conn.ok + conn.failed + waiting,
+                    "ok": conn.ok,
+                    "failed": conn.failed,
+                    "waiting": waiting,
+                }
+            )
         return rows
 
     def status(self) -> dict[str, Any]:

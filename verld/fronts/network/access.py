@@ -61,8 +61,9 @@ def tls_context(entry: NetworkConfig) -> ssl.SSLContext | None:
     try:
         ctx.load_cert_chain(tls.cert, tls.key)
     except (OSError, ssl.SSLError) as exc:
-        raise ServeError(f"network {entry.label}: tls cert {tls.cert} / key {tls.key}: "
-                         f"{_why(exc)}") from None  # fmt: skip
+        raise ServeError(
+            f"network {entry.label}: tls cert {tls.cert} / key {tls.key}: {_why(exc)}"
+        ) from None
     if tls.ca:
         try:
             ctx.load_verify_locations(tls.ca)

@@ -6,29 +6,36 @@ with the value in effect once handled. In `shared` mode (`port` None, `apply`
 False) nothing is applied: the configured line settings are the answer, so a client
 asking for others sees them refused while one asking for the configured ones opens;
 DTR and RTS are reported ON, BREAK OFF. In `passthrough` the real port (a pyserial
-`Serial`) takes them: a setting it refuses is answered with the value still in
-effect; a DTR, RTS or BREAK change on a port without modem lines (a pty) is answered
-with the state asked for and reported once as not applied (`not_applied`), so that
-clients which set them while opening still open. On a `tcp://` link (`port` None,
-`apply` True) there is nothing to apply: the values in effect are the answer.
-PURGE-DATA goes to `purge(received, sent)`. `modem(bits)` makes the
-NOTIFY-MODEMSTATE to send when the lines (under the client's mask) changed.
+`Serial`) takes them: a setting it refuses (a pty's `tcsetattr` refuses even parity
+and 7 data bits: `termios.error`) is answered with the value still in effect, logged
+once per setting (`network_setting_refused`), and put back in pyserial's store so that
+the next change does not apply it again; a DTR, RTS or BREAK change on a port
+without modem lines (a pty) is answered with the state asked for and reported once as
+not applied (`not_applied`), so that clients which set them while opening still open.
+On a `tcp://` link (`port` None, `apply` True) there is nothing to apply: the values
+in effect are the answer. PURGE-DATA goes to `purge(received, sent)`. `modem(bits)`
+makes the NOTIFY-MODEMSTATE to send when the lines (under the client's mask) changed.
 """
 
 from __future__ import annotations
 
+import termios
 from collections.abc import Callable
 from typing import Any
 
 import serial
+import structlog
 
 from verld.codec.rfc2217 import CONTROL, PARITY, SERVER, Cmd, pack_value, unpack_value
 from verld.config import DeviceConfig
+
+log = structlog.get_logger("verld.network")
 
 Answer = tuple[int, bytes]
 
 _PARITY_OF_CONFIG = {"none": "N", "odd": "O", "even": "E", "mark": "M", "space": "S"}
 _PARITY_CODE = {v: k for k, v in PARITY.items()}  # 1 → "N"
+_PARITY_WORD = {v: k for k, v in _PARITY_OF_CONFIG.items()}  # "E" → "even"
 _STOPBITS = {1: serial.STOPBITS_ONE, 2: serial.STOPBITS_TWO, 3: serial.STOPBITS_ONE_POINT_FIVE}
 _STOP_CODE = {serial.STOPBITS_ONE: 1, serial.STOPBITS_TWO: 2, serial.STOPBITS_ONE_POINT_FIVE: 3}
 _FLOW = (CONTROL["flow_none"], CONTROL["flow_xonxoff"], CONTROL["flow_hardware"])
@@ -43,7 +50,15 @@ _REQUESTS = {CONTROL["break_request"]: "break", CONTROL["dtr_request"]: "dtr",
              CONTROL["rts_request"]: "rts"}  # fmt: skip
 #: a line's state as a SET-CONTROL answer: (line, on) → value
 _STATE = {v: k for k, v in _LINES.items()}
-_PORT_ERRORS = (serial.SerialException, OSError, ValueError)
+#: what applying a setting raises (termios.error: tcsetattr refused it, e.g. EINVAL on a pty)
+_PORT_ERRORS = (serial.SerialException, OSError, ValueError, termios.error)
+
+
+def _why(exc: BaseException) -> str:
+    args = exc.args
+    if isinstance(exc, termios.error) and len(args) == 2:
+        return f"[Errno {args[0]}] {args[1]}"  # (as an OSError reads)
+    return str(exc)
 
 
 class ComPortServer:
@@ -64,6 +79,8 @@ class ComPortServer:
         self.lines = {"dtr": True, "rts": True, "break": False}
         self.not_applied: list[str] = []  #: lines the port could not take, to report (once each)
         self._noted: set[str] = set()
+        self._refused: set[str] = set()  #: settings whose refusal was logged
+        self.log: Any = log  #: (the relay binds the entry's name and the peer)
         self.modem_mask = 0xFF
         self.line_mask = 0
         self._modem: int | None = None  #: the last MODEMSTATE sent (None: none yet)
@@ -155,10 +172,24 @@ class ComPortServer:
         """A line setting for the real port (passthrough on a serial link only)."""
         if not self.apply or self.port is None:
             return
+        before = getattr(self.port, attr)
         try:
             setattr(self.port, attr, value)
+        except _PORT_ERRORS as exc:  # refused: the answer carries the value still in effect
+            self._keep(attr, before)
+            if attr not in self._refused:  # (logged once per setting and connection)
+                self._refused.add(attr)
+                shown = _PARITY_WORD.get(str(value), value) if attr == "parity" else value
+                self.log.warning("network_setting_refused", setting=attr, value=shown,
+                                 error=_why(exc))  # fmt: skip
+
+    def _keep(self, attr: str, value: object) -> None:
+        """pyserial stores a value before applying it: the refused one goes, `value` (in
+        effect before) is back, so the next change of another setting does not apply it."""
+        try:
+            setattr(self.port, attr, value)  # (applies nothing new: the port has it already)
         except _PORT_ERRORS:
-            pass  # refused: the answer carries the value still in effect
+            setattr(self.port, f"_{attr}", value)  # (pyserial's own store, not applied)
 
     def _control(self, number: int) -> int | None:
         if number == 0 or number in _FLOW:

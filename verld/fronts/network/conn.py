@@ -86,10 +86,17 @@ class NetConn(asyncio.Protocol):
             self.relay = entry.relay(self)
             self.comport = ComPortServer(cfg.device, apply=True, purge=self.relay.purge)
         else:
-            self.stream = ProgramStream(entry.core, cfg, self, self.loop, kind=KIND,
-                                        where={"name": entry.label, "peer": self.peer},
-                                        write=entry.conf.write, events=entry.conf.events,
-                                        share=entry.share)  # fmt: skip
+            self.stream = ProgramStream(
+                entry.core,
+                cfg,
+                self,
+                self.loop,
+                kind=KIND,
+                where={"name": entry.label, "peer": self.peer},
+                write=entry.conf.write,
+                events=entry.conf.events,
+                share=entry.share,
+            )
             self.stream.attach()
             stream = self.stream
 
@@ -245,13 +252,22 @@ class NetConn(asyncio.Protocol):
         for code, value in comport.handle(event.code, event.value):
             self._control(self.telnet.comport(code, value))
         if comport.signature is not None:
-            log.info("network_client_signature", name=self.entry.label, peer=self.peer,
-                     signature=comport.signature.decode("ascii", "backslashreplace"))  # fmt: skip
+            log.info(
+                "network_client_signature",
+                name=self.entry.label,
+                peer=self.peer,
+                signature=comport.signature.decode("ascii", "backslashreplace"),
+            )
             comport.signature = None
         while comport.not_applied:
             line = comport.not_applied.pop()
-            log.info("network_line_not_applied", name=self.entry.label, peer=self.peer, line=line,
-                     reason="the port has no modem lines (a pty or a TCP link)")  # fmt: skip
+            log.info(
+                "network_line_not_applied",
+                name=self.entry.label,
+                peer=self.peer,
+                line=line,
+                reason="the port has no modem lines (a pty or a TCP link)",
+            )
 
     def modem_lines(self) -> None:
         """Send NOTIFY-MODEMSTATE when the lines changed (or first, once agreed)."""
@@ -345,15 +361,28 @@ class NetConn(asyncio.Protocol):
         """Its `programs` row: calls, or, holding the port, the bytes relayed."""
         fig = self.figures()
         waiting = self.stream.waiting if self.stream is not None else 0
-        return {"front": "network", "who": f"{self.entry.label} {self.peer}",
-                "passthrough": self.relay is not None, "calls": fig["calls"], "ok": fig["ok"],
-                "failed": sum(fig["failed"].values()), "waiting": waiting,
-                "bytes_in": self.bytes_in, "bytes_out": self.bytes_out}  # fmt: skip
+        return {
+            "front": "network",
+            "who": f"{self.entry.label} {self.peer}",
+            "passthrough": self.relay is not None,
+            "calls": fig["calls"],
+            "ok": fig["ok"],
+            "failed": sum(fig["failed"].values()),
+            "waiting": waiting,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+        }
 
     def figures(self) -> dict[str, Any]:
         """Its calls and drops so far (shared), for the entry's totals."""
-        fig: dict[str, Any] = {"calls": 0, "ok": 0, "failed": {}, "dropped": 0, "ignored": 0,
-                               "bad_frames": 0}  # fmt: skip
+        fig: dict[str, Any] = {
+            "calls": 0,
+            "ok": 0,
+            "failed": {},
+            "dropped": 0,
+            "ignored": 0,
+            "bad_frames": 0,
+        }
         if self.stream is not None:
             fig = self.stream.figures()
         fig["dropped"] += self.dropped

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import termios
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +100,7 @@ class Relay:
             self.resume_port()
         if self.conn.comport is not None:
             self.conn.comport.port = self.ser
+            self.conn.comport.log = log.bind(name=self.entry.label, peer=self.conn.peer)
         self.ready = True
         self.conn.held()
         log.info("network_passthrough", name=self.entry.label, peer=self.conn.peer, port=path)
@@ -297,11 +299,11 @@ class Relay:
         for attr, value in (("break_condition", False), ("dtr", True), ("rts", True)):
             try:
                 setattr(ser, attr, value)
-            except (serial.SerialException, OSError, ValueError):
+            except (serial.SerialException, OSError, ValueError, termios.error):
                 pass  # (a pty has no modem lines; the link reopens the port anyway)
         try:
             ser.apply_settings(settings)
             ser.reset_input_buffer()
             ser.reset_output_buffer()
-        except (serial.SerialException, OSError, ValueError):
+        except (serial.SerialException, OSError, ValueError, termios.error):
             pass

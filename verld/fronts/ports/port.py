@@ -46,9 +46,16 @@ class VirtualPort:
         self._loop = asyncio.get_running_loop()  # (kept: get_running_loop costs a syscall)
         self._watch: asyncio.Task[None] | None = None
         self._gone: asyncio.Future[None] | None = None
-        self.stream = ProgramStream(core, cfg, self, self._loop, kind=KIND,
-                                    where={"link": entry.link}, write=entry.write,
-                                    events=entry.events)  # fmt: skip
+        self.stream = ProgramStream(
+            core,
+            cfg,
+            self,
+            self._loop,
+            kind=KIND,
+            where={"link": entry.link},
+            write=entry.write,
+            events=entry.events,
+        )
 
     def __repr__(self) -> str:
         return f"port:{self.link}"
@@ -66,8 +73,13 @@ class VirtualPort:
         """Create the pty and its link (`PortSetupError` says why not) and watch it."""
         self.pty.open()
         self._watch = self._loop.create_task(self._watch_program(), name=f"port {self.link}")
-        log.info("port_created", link=self.link, pty=self.pty.slave_path,
-                 write=self.entry.write, events=self.entry.events)  # fmt: skip
+        log.info(
+            "port_created",
+            link=self.link,
+            pty=self.pty.slave_path,
+            write=self.entry.write,
+            events=self.entry.events,
+        )
 
     def close(self) -> None:
         """Close the pty (its program sees a hang-up) and remove the link."""
@@ -122,8 +134,11 @@ class VirtualPort:
         (the reader will see that, after reading its last words)."""
         pty = self.pty
         if pty.fix_termios():
-            log.info("port_termios_fixed", link=self.link,
-                     reason="the program turned on echo or canonical mode: turned off")  # fmt: skip
+            log.info(
+                "port_termios_fixed",
+                link=self.link,
+                reason="the program turned on echo or canonical mode: turned off",
+            )
         written = pty.write(data)
         return GONE if written == DETACHED else written
 
@@ -141,9 +156,15 @@ class VirtualPort:
     def row(self) -> dict[str, Any]:
         """This port's `programs` row."""
         st, stream = self.stream.stats, self.stream
-        return {"front": "port", "who": self.link, "open": stream.attached,
-                "calls": st.calls, "ok": st.ok, "failed": sum(st.failed.values()),
-                "waiting": stream.waiting}  # fmt: skip
+        return {
+            "front": "port",
+            "who": self.link,
+            "open": stream.attached,
+            "calls": st.calls,
+            "ok": st.ok,
+            "failed": sum(st.failed.values()),
+            "waiting": stream.waiting,
+        }
 
     def status(self) -> dict[str, Any]:
         """This port's `status.ports` entry."""

@@ -373,8 +373,10 @@ def _why(exc: OSError) -> str:
     """An OSError as the user can act on it: EPERM from chown is the hardened unit."""
     text = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
     if exc.errno == errno.EPERM:
-        text += (" (under systemd, ports need the verld.service.d/ports.conf drop-in, "
-                 "which allows chown: docs/deploy.md)")  # fmt: skip
+        text += (
+            " (under systemd, ports need the verld.service.d/ports.conf drop-in, "
+            "which allows chown: docs/deploy.md)"
+        )
     return text
 
 
