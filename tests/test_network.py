@@ -12,6 +12,7 @@ batteries; tests/test_network_config.py the config rules.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -29,12 +30,17 @@ import pytest
 import serial
 import yaml
 from pki import Pki
+from structlog.testing import capture_logs
 from support import free_port
 
 from verld.codec.base import Kind
 from verld.codec.length import encode as length_encode
 from verld.codec.verl import VerlCodec, encode_frame
+from verld.config import parse_config
+from verld.fronts.network import entry as entry_module
+from verld.fronts.network.entry import Entry
 from verld.testing import DaemonProc, SimProc, stop_process, wait_for, write_config
+from verld.testing.session import SessionRig
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -539,3 +545,111 @@ def test_reload_changing_protocol_closes_the_entrys_connections(line: Rig) -> No
     with socket.create_connection(("127.0.0.1", line.ports[0])) as s:
         s.settimeout(3)
         assert s.recv(3) == b"\xff\xfb\x00"  # (telnet now: WILL BINARY first)
+
+
+# --- the accept loop, in this process ------------------------------------------------
+# An `Entry` over a real core (the session rig's, no device) on a socket listening on
+# a free loopback port; the crash is injected by monkeypatching, which a daemon in a
+# process of its own would not see.
+
+
+ENTRY_CONFIG = """
+device: {port: /dev/fake, codec: line}
+network:
+  - {name: crash, listen: '127.0.0.1:4000'}
+"""
+
+
+def _listening(entry: Entry) -> int:
+    """`entry` accepting on a free loopback port: the port."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    entry.serve([sock], passed=False)
+    port: int = sock.getsockname()[1]
+    return port
+
+
+async def _closed_by_peer(port: int) -> bool:
+    """A client connects to `port`: verld closed the connection (no byte, EOF)."""
+    loop = asyncio.get_running_loop()
+    with socket.socket() as client:
+        client.setblocking(False)
+        await loop.sock_connect(client, ("127.0.0.1", port))
+        return await asyncio.wait_for(loop.sock_recv(client, 1), 5) == b""
+
+
+def _others() -> set[asyncio.Task[Any]]:
+    return asyncio.all_tasks() - {asyncio.current_task()}
+
+
+def test_a_crash_taking_a_connection_is_logged_and_accepting_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug met taking a connection is a `network_accept_crashed` error; the next is taken."""
+    cfg = parse_config(ENTRY_CONFIG)
+    core = SessionRig(cfg, core=True).core
+
+    def broken(sock: socket.socket) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(entry_module, "keepalive", broken)
+
+    async def main() -> set[asyncio.Task[Any]]:
+        entry = Entry(core, cfg, cfg.network[0])
+        port = _listening(entry)
+        try:
+            assert await _closed_by_peer(port)
+            assert await _closed_by_peer(port)  # (the loop still accepts)
+        finally:
+            entry.close("test over")
+            await entry.wait_closed()
+        return _others()
+
+    with capture_logs() as logs:
+        assert asyncio.run(main()) == set()
+    crashes = [r for r in logs if r["event"] == "network_accept_crashed"]
+    assert len(crashes) == 2
+    assert {r["log_level"] for r in crashes} == {"error"}
+    assert crashes[0]["error"] == "RuntimeError('injected')"
+    assert crashes[0]["then"] == "that connection closed, accepting goes on"
+    assert crashes[0]["name"] == "crash" and crashes[0]["peer"].startswith("('127.0.0.1'")
+
+
+def test_a_crash_of_accept_itself_is_logged_and_accepting_starts_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An accept that raises what it should not is logged; the loop accepts again after a pause."""
+    cfg = parse_config(ENTRY_CONFIG)
+    core = SessionRig(cfg, core=True).core
+    monkeypatch.setattr(entry_module, "ACCEPT_PAUSE", 0.01)
+    accepts: list[int] = []
+
+    async def main() -> set[asyncio.Task[Any]]:
+        loop = asyncio.get_running_loop()
+        real = loop.sock_accept
+        again = asyncio.Event()  #: the loop called accept after the crash
+
+        async def flaky(sock: socket.socket) -> tuple[socket.socket, Any]:
+            accepts.append(1)
+            if len(accepts) == 1:
+                raise RuntimeError("injected")
+            again.set()
+            return await real(sock)
+
+        monkeypatch.setattr(loop, "sock_accept", flaky)
+        entry = Entry(core, cfg, cfg.network[0])
+        _listening(entry)
+        try:
+            await again.wait()
+        finally:
+            entry.close("test over")
+            await entry.wait_closed()
+        return _others()
+
+    with capture_logs() as logs:
+        assert asyncio.run(main()) == set()
+    [crash] = [r for r in logs if r["event"] == "network_accept_crashed"]
+    assert crash["log_level"] == "error"
+    assert crash["error"] == "RuntimeError('injected')"
+    assert crash["then"] == "accepting again in 0.01 s"

@@ -33,6 +33,7 @@ from verld.errors import ConfigError, ServeError
 from verld.fronts import FRONTS
 from verld.fronts.base import CannotServe, Core, Front
 from verld.link import Transition
+from verld.reloads import Serialised
 from verld.sim.launch import SimChild, SimError
 
 log = structlog.get_logger("verld.daemon")
@@ -204,12 +205,13 @@ class Daemon:
 
 class Sim:
     """The built-in simulated device (`device.port: sim`): the running child, and
-    the task that replaces it when a reload changes its codec (awaited by `stop`)."""
+    the restarts a reload that changes its codec asks for (one after the other,
+    awaited by `stop`)."""
 
     def __init__(self, core: Core) -> None:
         self.core = core
         self.child: SimChild | None = None
-        self._restart: asyncio.Task[None] | None = None
+        self._restarts = Serialised("sim")
 
     async def start(self, cfg: Config) -> None:
         """Start it and point the core at its pty (`_Failed` when it does not start)."""
@@ -221,14 +223,11 @@ class Sim:
         self.core.replace_device(child.link)
 
     def restart(self, cfg: Config) -> None:
-        """A new sim for `cfg`'s codec, in a task of its own (after any earlier one)."""
-        before = self._restart
-        self._restart = asyncio.get_running_loop().create_task(self._replace(cfg, before))
+        """A new sim for `cfg`'s codec, after any earlier restart has ended."""
+        self._restarts.run(self._replace(cfg))
 
-    async def _replace(self, cfg: Config, before: asyncio.Task[None] | None) -> None:
+    async def _replace(self, cfg: Config) -> None:
         """The link moves to the new sim's pty; the old sim goes."""
-        if before is not None:
-            await before
         dev = cfg.device
         try:
             child = await SimChild.start(dev.codec, dev.max_payload)
@@ -245,8 +244,7 @@ class Sim:
     async def stop(self) -> None:
         """After a restart under way (it ends on its own: a sim starts or fails within
         seconds), the running sim stops."""
-        if self._restart is not None:
-            await self._restart
+        await self._restarts.close()
         if self.child is not None:
             await self.child.stop()
 

@@ -23,6 +23,7 @@ from verld.config.model import host_port
 from verld.fronts.base import CannotServe, Core
 from verld.fronts.modbus.conn import ModbusConn, ModbusStats
 from verld.fronts.network.refusals import Refusals
+from verld.reloads import Serialised
 
 log = structlog.get_logger("verld.modbus")
 
@@ -44,7 +45,7 @@ class ModbusServer:
         self.address = ""  #: where it listens, "HOST:PORT"
         self._passed: socket.socket | None = None  #: the socket systemd passed, if any
         self._bound: list[socket.socket] = []  #: claimed (`bind_listen`), not yet served
-        self._rebinding: asyncio.Task[None] | None = None
+        self._rebinds = Serialised("modbus")  #: a reload's rebinds, one after the other
         self._configure(cfg)
 
     def _configure(self, cfg: Config) -> None:
@@ -118,12 +119,9 @@ class ModbusServer:
         if self._passed is not None:
             log.warning("reload_modbus_unchanged", reason="the Modbus socket is systemd's")
             return
-        before = self._rebinding
-        self._rebinding = asyncio.get_running_loop().create_task(self._rebind(cfg, before))
+        self._rebinds.run(self._rebind(cfg))
 
-    async def _rebind(self, new: Config, before: asyncio.Task[None] | None) -> None:
-        if before is not None:
-            await before
+    async def _rebind(self, new: Config) -> None:
         await self._stop()
         self.stats = ModbusStats()  # (a new listener's figures start at zero)
         if new.modbus.listen is None:
@@ -160,9 +158,7 @@ class ModbusServer:
 
     async def close(self) -> None:
         """Stop listening and close every connection; a rebind under way ends first."""
-        rebinding, self._rebinding = self._rebinding, None
-        if rebinding is not None:
-            await rebinding
+        await self._rebinds.close()
         await self._stop()
         self._refusals.flush()
         bound, self._bound = self._bound, []

@@ -14,6 +14,12 @@ progress holds an fd and the TLS layer's buffers (uvloop: 256 KiB each), so
 connects that never send a ClientHello can take no more than the entry's slots. A
 closed connection's figures are folded into the entry's totals, so `status` counts
 every connection the entry ever had.
+
+The entry owns its accept and handshake tasks: `close` cancels them and `wait_closed`
+awaits them. Nothing but cancelling ends an accept loop: an exception it does not
+expect (a bug met by one connection, say) is logged at ERROR
+(`network_accept_crashed`), the connection it met is closed and accepting goes on,
+as asyncio's own listeners (the API and Modbus fronts') keep listening after an error.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ _COUNTS = ("calls", "ok", "dropped", "ignored", "bad_frames")
 HANDSHAKE_TIMEOUT = 10.0
 #: TLS handshakes one source address may have in progress (more: refused, why `limit`)
 SOURCE_HANDSHAKES = 4
+#: seconds an accept loop waits after an accept that failed (so it does not spin)
+ACCEPT_PAUSE = 0.5
 
 
 class Entry:
@@ -60,8 +68,8 @@ class Entry:
         self.socks: list[socket.socket] = []
         self.passed = False  #: its socket came from systemd (not bound here, not closed here)
         self.address = conf.listen  #: where it listens, as bound
-        self._accepting: list[asyncio.Task[None]] = []
-        self._handshakes: set[asyncio.Task[None]] = set()
+        self._accepting: set[asyncio.Task[None]] = set()  #: (kept until `wait_closed`)
+        self._handshakes: set[asyncio.Task[None]] = set()  #: (each leaves the set as it ends)
         self._pending: dict[NetConn, str | None] = {}  #: not yet made → host if in _sources
         self._sources: dict[str, int] = {}  #: handshakes in progress by host (TLS)
         self._refusals = Refusals(log, "network_refused")
@@ -80,20 +88,34 @@ class Entry:
         for sock in socks:
             sock.setblocking(False)
             task = self.loop.create_task(self._accept(sock), name=f"network {self.label} accept")
-            self._accepting.append(task)
+            self._accepting.add(task)
         log.info("network_listening", name=self.label, listen=self.address,
                  protocol=self.conf.protocol, mode=self.conf.mode,
                  tls=self.ssl is not None, socket_activation=passed)  # fmt: skip
 
     async def _accept(self, sock: socket.socket) -> None:
+        """Accept on `sock` until cancelled (see the module docstring)."""
         while True:
             try:
                 conn, address = await self.loop.sock_accept(sock)
             except OSError as exc:  # (EMFILE and the like: wait, do not spin)
                 log.warning("network_accept_failed", name=self.label, error=str(exc))
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(ACCEPT_PAUSE)
                 continue
-            self._accepted(conn, address)
+            except Exception as exc:
+                self._crashed(exc, f"accepting again in {ACCEPT_PAUSE} s")
+                await asyncio.sleep(ACCEPT_PAUSE)
+                continue
+            try:
+                self._accepted(conn, address)
+            except Exception as exc:
+                conn.close()
+                self._crashed(exc, "that connection closed, accepting goes on", peer=str(address))
+
+    def _crashed(self, exc: Exception, then: str, **where: str) -> None:
+        """What accepting did not expect (a bug): logged, without a traceback; `then`
+        says what happens next."""
+        log.error("network_accept_crashed", name=self.label, error=repr(exc), then=then, **where)
 
     def _accepted(self, sock: socket.socket, address: Any) -> None:
         host, peer = host_of(address)
@@ -150,6 +172,9 @@ class Entry:
         except (OSError, ssl.SSLError, TimeoutError, EOFError) as exc:
             self._refuse(sock, conn.peer, "tls" if self.ssl is not None else "error",
                          handshake_error(exc))  # fmt: skip
+        except Exception as exc:
+            sock.close()
+            self._crashed(exc, "that connection closed, accepting goes on", peer=conn.peer)
         finally:
             self._made(conn)
 
@@ -220,16 +245,17 @@ class Entry:
         # ServeError, the old context stays)
 
     def stop_accepting(self) -> None:
+        """Cancel the accept loops (`wait_closed` awaits them)."""
         for task in self._accepting:
             task.cancel()
-        self._accepting.clear()
 
     def close_conns(self, reason: str) -> None:
         for conn in list(self.conns):
             conn.close(reason)
 
     def close(self, reason: str) -> None:
-        """Stop listening, close every connection (a passed socket stays systemd's)."""
+        """Stop listening, close every connection (a passed socket stays systemd's);
+        the tasks cancelled here are awaited by `wait_closed`."""
         self.stop_accepting()
         if self._modem is not None:
             self._modem.cancel()
@@ -244,6 +270,12 @@ class Entry:
             else:
                 sock.close()
         self.socks = []
+
+    async def wait_closed(self) -> None:
+        """After `close`: its accept loops and handshakes have ended."""
+        tasks = [*self._accepting, *self._handshakes]
+        self._accepting.clear()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- figures ----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

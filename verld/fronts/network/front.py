@@ -10,13 +10,13 @@ here (taken: exit 1 naming the address and the OS error); its TLS files are read
 then too (unreadable: exit 1 naming the file). Entries are keyed by `listen`: a
 reload keeps an entry whose `listen` is unchanged with its listener and
 connections (a change of `protocol`, `mode` or `tls` closes the connections),
-closes removed ones and binds new ones, in the front's own task; a bind that fails
-at reload is logged and the entry left out.
+closes removed ones and binds new ones, in the front's own task (`Serialised`: one
+reload's after the other's, awaited by `close`); a bind that fails at reload is
+logged and the entry left out.
 """
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from verld.fronts.network.conn import KIND
 from verld.fronts.network.entry import Entry
 from verld.fronts.protocol import CannotServe
 from verld.link import Transition
+from verld.reloads import Serialised
 
 if TYPE_CHECKING:
     from verld.fronts.base import Core
@@ -53,7 +54,7 @@ class NetworkFront:
         self.core = core
         self.entries: dict[str, Entry] = {}  #: by `listen`
         self._socks: dict[str, tuple[list[socket.socket], bool]] = {}  #: claimed, by `listen`
-        self._reloading: asyncio.Task[None] | None = None
+        self._reloads = Serialised("network")  #: a reload's entries ended and bound, in turn
         core.front(KIND)  # (its calls show as 0 before the first)
 
     # --- the Front protocol -------------------------------------------------------------------
@@ -110,9 +111,10 @@ class NetworkFront:
         self.cfg = cfg
         reframe = any(k.startswith(_FRAMING_KEYS) for k in changed)
         wanted = {conf.listen: conf for conf in cfg.network}
-        for listen in [k for k in self.entries if k not in wanted]:
-            self.entries.pop(listen).close("network entry removed (reload)")
-            log.info("network_removed", listen=listen)
+        removed = [self.entries.pop(k) for k in list(self.entries) if k not in wanted]
+        for gone in removed:
+            gone.close("network entry removed (reload)")
+            log.info("network_removed", listen=gone.conf.listen)
         new: list[NetworkConfig] = []
         for listen, conf in wanted.items():
             entry = self.entries.get(listen)
@@ -131,13 +133,13 @@ class NetworkFront:
                 for conn in entry.conns:
                     if conn.stream is not None:
                         conn.stream.reset_framing(cfg)
-        if new:
-            before = self._reloading
-            self._reloading = asyncio.get_running_loop().create_task(self._add(new, before))
+        if removed or new:
+            self._reloads.run(self._apply(removed, new))
 
-    async def _add(self, confs: list[NetworkConfig], before: asyncio.Task[None] | None) -> None:
-        if before is not None:
-            await before
+    async def _apply(self, removed: list[Entry], confs: list[NetworkConfig]) -> None:
+        """The removed entries' tasks awaited, then the new entries bound and served."""
+        for entry in removed:
+            await entry.wait_closed()
         for conf in confs:
             if conf.listen in self.entries:
                 continue
@@ -162,12 +164,13 @@ class NetworkFront:
         """Close every entry (listeners, connections); safe before `start`, and twice."""
         if self in self.core.listeners:
             self.core.listeners.remove(self)
-        reloading, self._reloading = self._reloading, None
-        if reloading is not None:
-            reloading.cancel()
-        for entry in self.entries.values():
-            entry.close("verld is stopping")
+        await self._reloads.close()  # (a reload's binds end first: their entries close below)
+        entries = list(self.entries.values())
         self.entries.clear()
+        for entry in entries:
+            entry.close("verld is stopping")
+        for entry in entries:
+            await entry.wait_closed()
         for socks, passed in self._socks.values():
             _close(socks, passed)
         self._socks.clear()
