@@ -206,7 +206,7 @@ class FairQueue:
         self.share = share  #: one owner's calls waiting or in flight (api.client_queue)
         self.exclusive: Hashable | None = None  #: the lease holder, when there is one
         self._owners = _Owners()
-        self.loads: dict[Hashable, int] = {}  #: each owner's calls waiting or in flight
+        self._loads: dict[Hashable, int] = {}  #: each owner's calls waiting or in flight
         self.waiting = 0
 
     def __len__(self) -> int:
@@ -216,14 +216,23 @@ class FairQueue:
         """Every waiting call (a snapshot: safe to remove while iterating)."""
         return iter(list(self._owners.calls()))
 
+    def load_of(self, owner: Hashable) -> int:
+        """`owner`'s calls waiting or in flight: its units of share taken (a query)."""
+        return self._loads.get(owner, 0)
+
+    def carry_over(self, old: FairQueue) -> None:
+        """Take over `old`'s lease holder and shares (the line's discipline changed:
+        its calls in flight keep their units of share)."""
+        self.exclusive, self._loads = old.exclusive, old._loads
+
     def admit(self, call: Call) -> str | None:
         """Take a unit of the owner's share; the reason it is refused, if it is."""
         if self.waiting >= self.limit:
             return "the call queue is full"
-        load = self.loads.get(call.owner, 0)
+        load = self._loads.get(call.owner, 0)
         if load >= self.share:
             return "this client has too many calls waiting or in flight"
-        self.loads[call.owner] = load + 1
+        self._loads[call.owner] = load + 1
         call.counted = True
         return None
 
@@ -232,11 +241,11 @@ class FairQueue:
         if not call.counted:
             return
         call.counted = False
-        load = self.loads.get(call.owner, 0) - 1
+        load = self._loads.get(call.owner, 0) - 1
         if load > 0:
-            self.loads[call.owner] = load
+            self._loads[call.owner] = load
         else:
-            self.loads.pop(call.owner, None)
+            self._loads.pop(call.owner, None)
 
     def push(self, call: Call, *, front: bool = False) -> None:
         """Queue a call at the back (or, for a retry, the front) of its owner's FIFO."""

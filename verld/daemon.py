@@ -39,9 +39,17 @@ from verld.sim.launch import SimChild, SimError
 log = structlog.get_logger("verld.daemon")
 
 #: settings of the device itself: a change takes a new codec and a reconnect
-_DEVICE_KEYS = ("device.port", "device.baudrate", "device.bytesize", "device.parity",
-                "device.stopbits", "device.rtscts", "device.codec", "device.max_payload",
-                "device.line")  # fmt: skip
+_DEVICE_KEYS = (
+    "device.port",
+    "device.baudrate",
+    "device.bytesize",
+    "device.parity",
+    "device.stopbits",
+    "device.rtscts",
+    "device.codec",
+    "device.max_payload",
+    "device.line",
+)
 
 
 @dataclass

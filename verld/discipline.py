@@ -243,7 +243,7 @@ class Turns(Plain):
 
 
 def _moved(old: FairQueue, new: FairQueue) -> FairQueue:
-    new.exclusive, new.loads = old.exclusive, old.loads
+    new.carry_over(old)
     return new
 
 

@@ -6,10 +6,11 @@ to `window` of them are on the link at once (`window.Window`). Every timer is th
 `timekeeper.Timekeeper`'s, and what a timeout calls for is the link state machine's
 policy (`link.Link.timed_out`); the link's own state (up, inhibited, closing) is
 the `Link`'s; the link's life (open, handshake, loss, announcing) is the
-`supervisor.Supervisor`'s, which calls `attach`, `resume` and `detach`. What differs
-between codecs beyond framing (Modbus units and turns, the RTU gap, line's screen)
-is the line's `discipline.Plain`, chosen once from the codec's traits. Replies and
-events come in through the `receiving.Receiving` half.
+`supervisor.Supervisor`'s, which calls `attach`, `send_ping`, `resume`,
+`fail_queued` and `detach`. What differs between codecs beyond framing (Modbus
+units and turns, the RTU gap, line's screen) is the line's `discipline.Plain`,
+chosen once from the codec's traits. Replies and events come in through the
+`receiving.Receiving` half.
 
 No I/O here; time only from `clock` (the loop, or a test's manual clock: timers)
 and `precise` (the monotonic clock the loop is built on: elapsed times and the
@@ -431,6 +432,16 @@ class Session(Receiving):
         """The link came up: the heartbeat runs, queued calls go out."""
         self.timers.arm_heartbeat()
         self.pump()
+
+    def send_ping(self, done: Callable[[CallResult], None]) -> None:
+        """Ping the device now, ahead of the queue (the handshake's ping), ending in
+        `done`; only when the codec has a ping (`ping_payload`)."""
+        self.send([self.timers.ping(done)])
+
+    def fail_queued(self, code: ErrorCode, message: str, *, everyone: bool) -> None:
+        """Fail the queued calls (all of them, or those that did not ask to wait: those
+        wait on, each for its timeout): a loss, an inhibit, the shutdown."""
+        self.timers.fail_queued(code, message, everyone=everyone)
 
     def lose(self, reason: str) -> None:
         """The link is gone (hang-up, EIO, dead heartbeat, desync...): the supervisor's

@@ -9,8 +9,12 @@ then it sleeps until the link is lost or someone asks for a reconnect. Every los
 comes through `lose`, and every transition is announced here, an outage once
 (`outage.Outage`). The steps that need no waiting (`attempt`, `opened`, `lose`,
 `came_up`) are plain methods on the session's clock, so a test drives them with a
-manual clock (`verld.testing.session`). Stopping (`close`) lets in-flight calls
-finish for up to `api.drain` seconds.
+manual clock (`verld.testing.session`). Every time it hands the link, and every
+wait it times, is read from that one clock (`now`: the session's `clock`, which
+is the loop in the daemon); it acts on the session only through its surface
+(`attach`, `send_ping`, `fail_queued`, `take_inflight`, `finish`, `detach`...),
+never reaching into its timekeeper. Stopping (`close`) lets in-flight calls finish
+for up to `api.drain` seconds.
 """
 
 from __future__ import annotations
@@ -53,14 +57,18 @@ class Supervisor:
         self._opening = False  #: an open is under way (a TCP connect may take a while)
         session.on_lost = self.lose
 
+    def now(self) -> float:
+        """The time on the session's clock: the one clock of every step and wait."""
+        return self.session.clock.time()
+
     async def run(self) -> None:
         """Until `close`: connect whenever the link is down and an attempt is due."""
-        link, loop = self.session.link, asyncio.get_running_loop()
+        link = self.session.link
         while not link.closing:
             if link.inhibited_by is not None:
                 await self._sleep(None)  # the port belongs to another program: hands off
                 continue
-            delay = link.retry_in(loop.time())
+            delay = link.retry_in(self.now())
             if delay > 0:
                 await self._sleep(delay)
                 continue  # re-check: closing or a reconnect request may have come meanwhile
@@ -71,8 +79,7 @@ class Supervisor:
     # --- the steps of one attempt (no waiting in them) ----------------------------------
     def attempt(self) -> None:
         """An open attempt starts."""
-        s = self.session
-        self.announce(s.link.attempt(s.clock.time()))
+        self.announce(self.session.link.attempt(self.now()))
 
     def opened(self, transport: LinkTransport, answered: Answered) -> None:
         """The port opened: attach it and ping for the handshake; `answered` gets the
@@ -90,12 +97,12 @@ class Supervisor:
         if s.ping_payload is None:
             handshake(CallResult(None, "ok", 0, b"", None, 0.0, s.link.generation))
             return
-        s.send([s.timers.ping(handshake)])
+        s.send_ping(handshake)
 
     def came_up(self) -> None:
         """The handshake was answered (or there is none): a new link session."""
         s = self.session
-        self.announce(s.link.opened(s.clock.time()))
+        self.announce(s.link.opened(self.now()))
         s.resume()
 
     def handshaken(self, transport: LinkTransport, result: CallResult, heard: str) -> bool:
@@ -117,17 +124,17 @@ class Supervisor:
         if link.state not in (LinkState.UP, LinkState.CONNECTING):
             return
         s.detach()
-        transition = link.lost(s.clock.time(), reason)
+        transition = link.lost(self.now(), reason)
         for call in s.take_inflight():
             s.finish(call, ErrorCode.LINK_DOWN, f"link lost: {reason}")
-        s.timers.fail_queued(ErrorCode.LINK_DOWN, f"link lost: {reason}", everyone=False)
+        s.fail_queued(ErrorCode.LINK_DOWN, f"link lost: {reason}", everyone=False)
         self.announce(transition)
         self._wakeup()
 
     def announce(self, transition: Transition) -> None:
         """Log a transition and tell the link listener (an outage once: `outage.Outage`)."""
         s = self.session
-        now, link = s.clock.time(), s.link
+        now, link = self.now(), s.link
         told = self._outage.tell(transition, now)
         log_transition(
             transition,
@@ -147,7 +154,7 @@ class Supervisor:
         try:
             transport = await self._open(s.cfg.device, s.port, s, s.cfg.device.timeout)
         except OpenError as exc:
-            self.announce(s.link.lost(loop.time(), f"open failed: {exc}"))
+            self.announce(s.link.lost(self.now(), f"open failed: {exc}"))
             return False
         finally:
             self._opening = False
@@ -183,19 +190,19 @@ class Supervisor:
         fail so, and nothing more goes out. `let_go` finishes the job."""
         s = self.session
         s.link.begin_inhibit(reason)
-        s.timers.fail_queued(ErrorCode.BUSY, reason, everyone=False)
+        s.fail_queued(ErrorCode.BUSY, reason, everyone=False)
 
     async def let_go(self, reason: str) -> None:
         """The calls on the link finish, or fail `link_down` after `device.timeout`;
         then the port is closed and the link `inhibited` until `release`."""
-        s, loop = self.session, asyncio.get_running_loop()
-        await self._settle(loop.time() + s.cfg.device.timeout)
+        s = self.session
+        await self._settle(self.now() + s.cfg.device.timeout)
         if s.link.inhibited_by != reason or s.link.closing:
             return  # released (its holder went away) or stopping meanwhile: hands off
         for call in s.take_inflight():
             s.finish(call, ErrorCode.LINK_DOWN, f"link {reason}")
         s.detach()
-        self.announce(s.link.inhibit(loop.time(), reason))
+        self.announce(s.link.inhibit(self.now(), reason))
         self._wakeup()
 
     def release(self) -> None:
@@ -211,22 +218,21 @@ class Supervisor:
     # --- stopping ----------------------------------------------------------------------
     async def _settle(self, deadline: float) -> None:
         """Until no client call is on the link and no open is under way, or `deadline`."""
-        loop = asyncio.get_running_loop()
         # Polled, only while stopping or inhibiting: a hook would cost every call's path.
-        while (self.session.inflight_calls() or self._opening) and loop.time() < deadline:  # noqa: ASYNC110
+        while (self.session.inflight_calls() or self._opening) and self.now() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
 
     async def close(self, drain: float) -> None:
         """Stop: fail queued calls, let in-flight ones finish for up to `drain` s."""
-        s, loop = self.session, asyncio.get_running_loop()
+        s = self.session
         s.link.begin_close()
-        s.timers.fail_queued(ErrorCode.SHUTTING_DOWN, "verld is shutting down", everyone=True)
-        await self._settle(loop.time() + drain)
+        s.fail_queued(ErrorCode.SHUTTING_DOWN, "verld is shutting down", everyone=True)
+        await self._settle(self.now() + drain)
         for call in s.take_inflight():
             s.finish(call, ErrorCode.SHUTTING_DOWN, "verld is shutting down")
         s.detach()
         if s.link.state is not LinkState.CLOSED:
-            self.announce(s.link.close(loop.time()))
+            self.announce(s.link.close(self.now()))
         self._wakeup()
 
     def _wakeup(self) -> None:
@@ -234,10 +240,10 @@ class Supervisor:
             self._wake.set_result(None)
 
     async def _sleep(self, delay: float | None) -> None:
-        """Until woken, or `delay` seconds (None: until woken)."""
-        loop = asyncio.get_running_loop()
-        self._wake = loop.create_future()
-        handle = None if delay is None else loop.call_later(delay, self._wakeup)
+        """Until woken, or `delay` seconds on the session's clock (None: until woken)."""
+        self._wake = asyncio.get_running_loop().create_future()
+        clock = self.session.clock
+        handle = None if delay is None else clock.call_at(self.now() + delay, self._wakeup)
         try:
             await self._wake
         finally:

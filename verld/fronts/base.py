@@ -286,7 +286,7 @@ class Core:
 
     def waiting(self, owner: Hashable) -> int:
         """`owner`'s calls waiting in the queue or on the link."""
-        return self._session.queue.loads.get(owner, 0)
+        return self._session.queue.load_of(owner)
 
     def set_taps(self, who: object, traffic: TrafficTap | None, wire: WireTap | None) -> None:
         """`who` (a front) wants these taps (None: not that one); the session taps

@@ -19,8 +19,8 @@ import structlog
 
 from verld.codec.registry import spec_of
 from verld.config import Config
-from verld.config.model import host_port
 from verld.fronts.base import CannotServe, Core
+from verld.fronts.listening import bind_listen
 from verld.fronts.modbus.conn import ModbusConn, ModbusStats
 from verld.fronts.network.refusals import Refusals
 from verld.reloads import Serialised
@@ -70,9 +70,12 @@ class ModbusServer:
         listen = self.cfg.modbus.listen
         if self._passed is not None:
             if not spec_of(self.cfg).bus:
-                raise CannotServe("a socket named 'modbus' was passed, but the Modbus TCP "
-                                  "server needs codec modbus-rtu or modbus-tcp, not "
-                                  f"{self.cfg.device.codec}", exit_code=2)  # fmt: skip
+                raise CannotServe(
+                    "a socket named 'modbus' was passed, but the Modbus TCP "
+                    "server needs codec modbus-rtu or modbus-tcp, not "
+                    f"{self.cfg.device.codec}",
+                    exit_code=2,
+                )
         elif listen and not self._bound:
             try:
                 self._bound = await bind_listen(listen)
@@ -138,23 +141,33 @@ class ModbusServer:
 
     def programs(self) -> list[dict[str, Any]]:
         """One row per Modbus TCP connection (`programs`)."""
-        return [{"front": "modbus", "who": conn.peer, "calls": conn.calls, "ok": conn.ok,
-                 "failed": conn.failed, "waiting": self.core.waiting(conn)}
-                for conn in self.conns]  # fmt: skip
+        return [
+            {
+                "front": "modbus",
+                "who": conn.peer,
+                "calls": conn.calls,
+                "ok": conn.ok,
+                "failed": conn.failed,
+                "waiting": self.core.waiting(conn),
+            }
+            for conn in self.conns
+        ]
 
     def status(self) -> dict[str, Any]:
         """`status.modbus` (null while it does not listen)."""
         if not self._servers:
             return {"modbus": None}
-        return {"modbus": {
-            "listen": self.address,
-            "connections": len(self.conns),
-            "calls": self.stats.calls,
-            # JSON keys are strings: the code in decimal, as any JSON encoder writes an
-            # integer key ("11" for 0x0B)
-            "exceptions": {str(c): n for c, n in sorted(self.stats.exceptions.items())},
-            "closed_malformed": self.stats.closed_malformed,
-        }}  # fmt: skip
+        return {
+            "modbus": {
+                "listen": self.address,
+                "connections": len(self.conns),
+                "calls": self.stats.calls,
+                # JSON keys are strings: the code in decimal, as any JSON encoder writes an
+                # integer key ("11" for 0x0B)
+                "exceptions": {str(c): n for c, n in sorted(self.stats.exceptions.items())},
+                "closed_malformed": self.stats.closed_malformed,
+            }
+        }
 
     async def close(self) -> None:
         """Stop listening and close every connection; a rebind under way ends first."""
@@ -180,8 +193,9 @@ class ModbusServer:
     # --- connections -------------------------------------------------------------------------
     def attach(self, conn: ModbusConn) -> None:
         if len(self.conns) >= self.max_connections:
-            self._refusals.refuse("max_connections", client=repr(conn),
-                                  max_connections=self.max_connections)  # fmt: skip
+            self._refusals.refuse(
+                "max_connections", client=repr(conn), max_connections=self.max_connections
+            )
             conn.close()
             return
         self.conns.add(conn)
@@ -198,39 +212,3 @@ class ModbusServer:
         self.stats.closed_malformed += 1
         log.warning("modbus_malformed", client=repr(conn), reason=reason)
         conn.close()
-
-
-async def bind_listen(listen: str, *, dual_stack: bool = False) -> list[socket.socket]:
-    """`modbus.listen` ("HOST:PORT") bound and listening, one socket per address the
-    host resolves to, as `loop.create_server` binds them (SO_REUSEADDR, IPV6_V6ONLY).
-
-    Listening at once, not only bound: on Linux two sockets with SO_REUSEADDR may
-    bind the same address while neither listens, so a bind alone would let two
-    starting verlds both think they have it. OSError ("cannot listen on
-    HOST:PORT: ...") when any address cannot be had; nothing stays open then.
-    `dual_stack`: an IPv6 socket takes IPv4 clients too (as ::ffff:a.b.c.d).
-    """
-    host, port = host_port(listen)
-    loop = asyncio.get_running_loop()
-    try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot listen on {listen}: {exc.strerror or exc}") from None
-    socks: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
-            socks.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual_stack else 1)
-            sock.bind(address)
-            sock.listen(100)
-            sock.setblocking(False)
-    except OSError as exc:
-        for sock in socks:
-            sock.close()
-        raise OSError(exc.errno, f"cannot listen on {listen}: {exc.strerror or exc}") from None
-    if not socks:
-        raise OSError(f"cannot listen on {listen}: no address for {host}")
-    return socks

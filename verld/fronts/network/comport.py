@@ -41,13 +41,19 @@ _STOP_CODE = {serial.STOPBITS_ONE: 1, serial.STOPBITS_TWO: 2, serial.STOPBITS_ON
 _FLOW = (CONTROL["flow_none"], CONTROL["flow_xonxoff"], CONTROL["flow_hardware"])
 #: SET-CONTROL values that set a line: value → (line, on)
 _LINES = {
-    CONTROL["break_on"]: ("break", True), CONTROL["break_off"]: ("break", False),
-    CONTROL["dtr_on"]: ("dtr", True), CONTROL["dtr_off"]: ("dtr", False),
-    CONTROL["rts_on"]: ("rts", True), CONTROL["rts_off"]: ("rts", False),
-}  # fmt: skip
+    CONTROL["break_on"]: ("break", True),
+    CONTROL["break_off"]: ("break", False),
+    CONTROL["dtr_on"]: ("dtr", True),
+    CONTROL["dtr_off"]: ("dtr", False),
+    CONTROL["rts_on"]: ("rts", True),
+    CONTROL["rts_off"]: ("rts", False),
+}
 #: SET-CONTROL "request" values: value → line
-_REQUESTS = {CONTROL["break_request"]: "break", CONTROL["dtr_request"]: "dtr",
-             CONTROL["rts_request"]: "rts"}  # fmt: skip
+_REQUESTS = {
+    CONTROL["break_request"]: "break",
+    CONTROL["dtr_request"]: "dtr",
+    CONTROL["rts_request"]: "rts",
+}
 #: a line's state as a SET-CONTROL answer: (line, on) → value
 _STATE = {v: k for k, v in _LINES.items()}
 #: what applying a setting raises (termios.error: tcsetattr refused it, e.g. EINVAL on a pty)
@@ -180,8 +186,9 @@ class ComPortServer:
             if attr not in self._refused:  # (logged once per setting and connection)
                 self._refused.add(attr)
                 shown = _PARITY_WORD.get(str(value), value) if attr == "parity" else value
-                self.log.warning("network_setting_refused", setting=attr, value=shown,
-                                 error=_why(exc))  # fmt: skip
+                self.log.warning(
+                    "network_setting_refused", setting=attr, value=shown, error=_why(exc)
+                )
 
     def _keep(self, attr: str, value: object) -> None:
         """pyserial stores a value before applying it: the refused one goes, `value` (in

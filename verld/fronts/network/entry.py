@@ -75,8 +75,14 @@ class Entry:
         self._refusals = Refusals(log, "network_refused")
         self.refused = self._refusals.counts
         self.bytes_in = self.bytes_out = 0
-        self._totals: dict[str, Any] = {"calls": 0, "ok": 0, "failed": {}, "dropped": 0,
-                                        "ignored": 0, "bad_frames": 0}  # fmt: skip
+        self._totals: dict[str, Any] = {
+            "calls": 0,
+            "ok": 0,
+            "failed": {},
+            "dropped": 0,
+            "ignored": 0,
+            "bad_frames": 0,
+        }
         self._modem: asyncio.TimerHandle | None = None
 
     # --- listening ----------------------------------------------------------------------------
@@ -89,9 +95,15 @@ class Entry:
             sock.setblocking(False)
             task = self.loop.create_task(self._accept(sock), name=f"network {self.label} accept")
             self._accepting.add(task)
-        log.info("network_listening", name=self.label, listen=self.address,
-                 protocol=self.conf.protocol, mode=self.conf.mode,
-                 tls=self.ssl is not None, socket_activation=passed)  # fmt: skip
+        log.info(
+            "network_listening",
+            name=self.label,
+            listen=self.address,
+            protocol=self.conf.protocol,
+            mode=self.conf.mode,
+            tls=self.ssl is not None,
+            socket_activation=passed,
+        )
 
     async def _accept(self, sock: socket.socket) -> None:
         """Accept on `sock` until cancelled (see the module docstring)."""
@@ -156,8 +168,9 @@ class Entry:
                 self._sources[host] = left
 
     def _refuse(self, sock: socket.socket | None, peer: str, why: str, error: str = "") -> None:
-        self._refusals.refuse(why, name=self.label, peer=peer,
-                              **({"error": error} if error else {}))  # fmt: skip
+        self._refusals.refuse(
+            why, name=self.label, peer=peer, **({"error": error} if error else {})
+        )
         if sock is not None:
             sock.close()
 
@@ -167,11 +180,12 @@ class Entry:
                 await self.loop.connect_accepted_socket(lambda: conn, sock)
             else:
                 await self.loop.connect_accepted_socket(
-                    lambda: conn, sock, ssl=self.ssl,
-                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT)  # fmt: skip
+                    lambda: conn, sock, ssl=self.ssl, ssl_handshake_timeout=HANDSHAKE_TIMEOUT
+                )
         except (OSError, ssl.SSLError, TimeoutError, EOFError) as exc:
-            self._refuse(sock, conn.peer, "tls" if self.ssl is not None else "error",
-                         handshake_error(exc))  # fmt: skip
+            self._refuse(
+                sock, conn.peer, "tls" if self.ssl is not None else "error", handshake_error(exc)
+            )
         except Exception as exc:
             sock.close()
             self._crashed(exc, "that connection closed, accepting goes on", peer=conn.peer)
@@ -192,8 +206,12 @@ class Entry:
         self.conns.add(conn)
         if self.conf.protocol == "rfc2217" and self._modem is None:
             self._modem = self.loop.call_later(MODEM_POLL, self._look)
-        log.info("network_connected", name=self.label, peer=conn.peer,
-                 **({"subject": conn.subject} if conn.subject else {}))  # fmt: skip
+        log.info(
+            "network_connected",
+            name=self.label,
+            peer=conn.peer,
+            **({"subject": conn.subject} if conn.subject else {}),
+        )
         self.core.clients_changed()
         return True
 
@@ -221,8 +239,15 @@ class Entry:
             totals[key] += fig[key]
         for code, n in fig["failed"].items():
             totals["failed"][code] = totals["failed"].get(code, 0) + n
-        log.info("network_closed", name=self.label, peer=conn.peer, reason=reason,
-                 calls=fig["calls"], ok=fig["ok"], failed=sum(fig["failed"].values()))  # fmt: skip
+        log.info(
+            "network_closed",
+            name=self.label,
+            peer=conn.peer,
+            reason=reason,
+            calls=fig["calls"],
+            ok=fig["ok"],
+            failed=sum(fig["failed"].values()),
+        )
         self.core.clients_changed()
 
     def reconfigure(self, cfg: Config, conf: NetworkConfig) -> None:
@@ -293,11 +318,19 @@ class Entry:
                 holder = conn.peer
         conf = self.conf
         return {
-            "name": self.label, "listen": self.address, "protocol": conf.protocol,
-            "mode": conf.mode, "connections": len(self.conns), "calls": counts["calls"],
-            "ok": counts["ok"], "failed": dict(sorted(failed.items())),
-            "dropped": counts["dropped"], "ignored": counts["ignored"],
-            "bad_frames": counts["bad_frames"], "refused": dict(sorted(self.refused.items())),
+            "name": self.label,
+            "listen": self.address,
+            "protocol": conf.protocol,
+            "mode": conf.mode,
+            "connections": len(self.conns),
+            "calls": counts["calls"],
+            "ok": counts["ok"],
+            "failed": dict(sorted(failed.items())),
+            "dropped": counts["dropped"],
+            "ignored": counts["ignored"],
+            "bad_frames": counts["bad_frames"],
+            "refused": dict(sorted(self.refused.items())),
             "holder": holder,
-            "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
-        }  # fmt: skip
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+        }

@@ -25,7 +25,7 @@ import structlog
 from verld.config import Config, NetworkConfig
 from verld.config.network import exposed
 from verld.errors import ServeError
-from verld.fronts.modbus.server import bind_listen
+from verld.fronts.listening import bind_listen
 from verld.fronts.network.access import host_of, private_network
 from verld.fronts.network.conn import KIND
 from verld.fronts.network.entry import Entry
@@ -66,13 +66,18 @@ class NetworkFront:
             conf = by_name.get(name)
             if conf is None:
                 sock.detach()
-                raise CannotServe(f"systemd passed a socket named 'net-{name}', but no network "
-                                  f"entry is named {name!r}", exit_code=2)  # fmt: skip
+                raise CannotServe(
+                    f"systemd passed a socket named 'net-{name}', but no network "
+                    f"entry is named {name!r}",
+                    exit_code=2,
+                )
             host, address = host_of(sock.getsockname())
             why = exposed(conf, host)
             if why is not None:
-                raise CannotServe(f"network {name}: the socket systemd passed is bound to "
-                                  f"{address}: {why}", exit_code=2)  # fmt: skip
+                raise CannotServe(
+                    f"network {name}: the socket systemd passed is bound to {address}: {why}",
+                    exit_code=2,
+                )
             self._socks[conf.listen] = ([sock], True)
         for conf in self.cfg.network:
             if conf.listen in self._socks:

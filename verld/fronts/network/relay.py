@@ -43,8 +43,12 @@ _READ = 65536
 #: bytes from the connection waiting for the port beyond which its reads stop
 _PORT_BACKLOG = 65536
 #: what an RFC 2217 server sends unasked, passed on to a passthrough client as it comes
-_NOTIFICATIONS = (SERVER + Cmd.NOTIFY_LINESTATE, SERVER + Cmd.NOTIFY_MODEMSTATE,
-                  Cmd.FLOWCONTROL_SUSPEND, Cmd.FLOWCONTROL_RESUME)  # fmt: skip
+_NOTIFICATIONS = (
+    SERVER + Cmd.NOTIFY_LINESTATE,
+    SERVER + Cmd.NOTIFY_MODEMSTATE,
+    Cmd.FLOWCONTROL_SUSPEND,
+    Cmd.FLOWCONTROL_RESUME,
+)
 #: seconds between looks at the modem lines while the port is held
 MODEM_POLL = 0.5
 
@@ -59,9 +63,13 @@ class Relay:
         self.loop = conn.loop
         label = self.entry.label
         self.who = f"network {label} {conn.peer}"
-        self.shown: dict[str, Any] = {"pid": None, "uid": None, "client": self.who,
-                                      "since": round(time.time(), 3),
-                                      "front": "network"}  # fmt: skip
+        self.shown: dict[str, Any] = {
+            "pid": None,
+            "uid": None,
+            "client": self.who,
+            "since": round(time.time(), 3),
+            "front": "network",
+        }
         self.ser: serial.Serial | None = None
         self.sock: socket.socket | None = None
         self.remote: Rfc2217Link | None = None  #: on an rfc2217:// link: the server, negotiated
@@ -91,8 +99,13 @@ class Relay:
         try:
             await self._open(path)
         except OpenError as exc:
-            log.warning("network_passthrough_failed", name=self.entry.label, peer=self.conn.peer,
-                        port=path, error=str(exc))  # fmt: skip
+            log.warning(
+                "network_passthrough_failed",
+                name=self.entry.label,
+                peer=self.conn.peer,
+                port=path,
+                error=str(exc),
+            )
             self.conn.close(f"the port cannot be opened: {exc}")
             return
         if self.fd >= 0:
@@ -251,8 +264,12 @@ class Relay:
         """The port failed (an unplug): the connection goes, the link reconnects."""
         self._failed = True
         self._stop_io()
-        log.warning("network_passthrough_port_failed", name=self.entry.label,
-                    peer=self.conn.peer, error=str(exc))  # fmt: skip
+        log.warning(
+            "network_passthrough_port_failed",
+            name=self.entry.label,
+            peer=self.conn.peer,
+            error=str(exc),
+        )
         self.conn.close(f"the port failed: {exc}")
 
     # --- giving it back -----------------------------------------------------------------------
@@ -288,14 +305,23 @@ class Relay:
         self.fd = -1
         if self.core.holder is self.shown:
             self.core.unhold()
-            log.info("network_passthrough_ended", name=self.entry.label, peer=self.conn.peer,
-                     reason=reason)  # fmt: skip
+            log.info(
+                "network_passthrough_ended",
+                name=self.entry.label,
+                peer=self.conn.peer,
+                reason=reason,
+            )
 
     def _restore(self, ser: serial.Serial) -> None:
         dev = self.entry.cfg.device
-        settings = {"baudrate": dev.baudrate, "bytesize": dev.bytesize,
-                    "parity": dev.parity[0].upper(), "stopbits": dev.stopbits,
-                    "rtscts": dev.rtscts, "xonxoff": False}  # fmt: skip
+        settings = {
+            "baudrate": dev.baudrate,
+            "bytesize": dev.bytesize,
+            "parity": dev.parity[0].upper(),
+            "stopbits": dev.stopbits,
+            "rtscts": dev.rtscts,
+            "xonxoff": False,
+        }
         for attr, value in (("break_condition", False), ("dtr", True), ("rts", True)):
             try:
                 setattr(ser, attr, value)
