@@ -153,8 +153,13 @@ class Scpi:
         return []
 
     def state(self) -> dict[str, Any]:
-        return {"volt": self.volt, "curr": self.curr, "output": self.output,
-                "errors": list(self.errors), "triggers": self.triggers}  # fmt: skip
+        return {
+            "volt": self.volt,
+            "curr": self.curr,
+            "output": self.output,
+            "errors": list(self.errors),
+            "triggers": self.triggers,
+        }
 
 
 @dataclass
@@ -407,8 +412,18 @@ class Instrument:
         self.control_path = str(directory / f"{name}.ctl")
         self.log_path = directory / f"{name}.log"
         escaped = eol.encode("unicode_escape").decode()
-        argv = [sys.executable, str(SCRIPT), "--link", self.link, "--control",
-                self.control_path, "--mode", mode, "--eol", escaped]  # fmt: skip
+        argv = [
+            sys.executable,
+            str(SCRIPT),
+            "--link",
+            self.link,
+            "--control",
+            self.control_path,
+            "--mode",
+            mode,
+            "--eol",
+            escaped,
+        ]
         with open(self.log_path, "ab") as log:
             self.proc: subprocess.Popen[bytes] = subprocess.Popen(
                 argv,

@@ -52,8 +52,13 @@ class Certs:
             need("openssl")
             pki = Pki(tmp / "pki", "verld test CA")
             (server, server_key), (client, client_key) = pki.server(), pki.client(cn="verld-mqtt")
-            made = {"ca": pki.ca, "server": server, "server_key": server_key,
-                    "client": client, "client_key": client_key}  # fmt: skip
+            made = {
+                "ca": pki.ca,
+                "server": server,
+                "server_key": server_key,
+                "client": client,
+                "client_key": client_key,
+            }
         self.ca, self.server, self.server_key = made["ca"], made["server"], made["server_key"]
         self.client, self.client_key = made["client"], made["client_key"]
 

@@ -119,8 +119,12 @@ LATE_TIMEOUT = 0.1
 #: the timeout); later is the documented gap (docs/config.md: set heartbeat.payload).
 #: With a ping the link resyncs after that time: later answers too, while the pings of
 #: the resync (heartbeat.timeout each, `misses` of them) keep the link.
-LATE_MS = {(False, False): (200, 300, 400), (False, True): (300, 750),
-           (True, False): (520,), (True, True): (750,)}  # fmt: skip
+LATE_MS = {
+    (False, False): (200, 300, 400),
+    (False, True): (300, 750),
+    (True, False): (520,),
+    (True, True): (750,),
+}
 NO_REPLY = "^SET "  #: device.line.no_reply on line: the set commands' prefix
 GUARD = 0.1  #: device.guard
 CLIENT_QUEUE = 16  #: api.client_queue: one client's share, small so a flood is cheap
@@ -468,8 +472,10 @@ class Answers:
                     out.append(Answer(None, 0, line))
             return out
         if codec == "length":
-            return [Answer(None, f[0], f[1:]) if f else Answer(None, -1, b"") for f in
-                    self._length.feed(data)]  # fmt: skip
+            return [
+                Answer(None, f[0], f[1:]) if f else Answer(None, -1, b"")
+                for f in self._length.feed(data)
+            ]
         if codec == "verl":
             answers = []
             for frame in self._verl.feed(data):
@@ -809,22 +815,33 @@ class Rig:
     def config(self) -> dict[str, Any]:
         v = self.variant
         device: dict[str, Any] = {
-            "codec": v.codec, "timeout": TIMEOUT, "retry": 0, "guard": GUARD,
+            "codec": v.codec,
+            "timeout": TIMEOUT,
+            "retry": 0,
+            "guard": GUARD,
             "max_payload": MAX_PAYLOAD,
-        }  # fmt: skip
+        }
         if v.codec == "line":
             device["line"] = {"event": "^EVENT ", "no_reply": NO_REPLY}
         cfg: dict[str, Any] = {
             "device": device,
             "heartbeat": {**HEARTBEAT, "payload": v.ping, **_expect(v)},
-            "api": {"client_queue": CLIENT_QUEUE, "lease_max": LEASE_MAX,
-                    "max_message": MAX_MESSAGE, "max_backlog": MAX_BACKLOG},
+            "api": {
+                "client_queue": CLIENT_QUEUE,
+                "lease_max": LEASE_MAX,
+                "max_message": MAX_MESSAGE,
+                "max_backlog": MAX_BACKLOG,
+            },
             "ports": [{"link": self.good_port, "events": False}, {"link": self.nb_port}],
             "log": {"level": "INFO", "format": "json"},
-        }  # fmt: skip
+        }
         if self.modbus_port is not None:
-            cfg["modbus"] = {"listen": f"127.0.0.1:{self.modbus_port}", "read_only": False,
-                             "max_connections": 8, "offline_backoff": 1.0}  # fmt: skip
+            cfg["modbus"] = {
+                "listen": f"127.0.0.1:{self.modbus_port}",
+                "read_only": False,
+                "max_connections": 8,
+                "offline_backoff": 1.0,
+            }
         return cfg
 
     def mqtt(self, broker: Broker) -> None:
@@ -1114,10 +1131,12 @@ class GoodMqtt(Good):
         info = self.info
         assert info.broker_port is not None
         self.client = aiomqtt.Client(
-            "127.0.0.1", info.broker_port, identifier=f"nb-good-{self.nonce}",
+            "127.0.0.1",
+            info.broker_port,
+            identifier=f"nb-good-{self.nonce}",
             protocol=aiomqtt.ProtocolVersion.V5,
             socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),),
-        )  # fmt: skip
+        )
         await self.client.__aenter__()
         self.reply_topic = f"nbgood/{self.nonce}/reply"
         self.state_topic = f"{info.base}/{DEVICE}/state"
@@ -1518,8 +1537,10 @@ async def api_slow_reader(nb: Neighbour) -> None:
             while time.monotonic() - started < 5.0:
                 n = nb.next()
                 batch = [nb.dialect.own(n)] * 2 + ([trigger] if trigger and n % 4 == 0 else [])
-                data = b"".join(wire.encode({"op": "call", "id": n * 8 + i, **p.api()})
-                                for i, p in enumerate(batch))  # fmt: skip
+                data = b"".join(
+                    wire.encode({"op": "call", "id": n * 8 + i, **p.api()})
+                    for i, p in enumerate(batch)
+                )
                 try:
                     async with asyncio.timeout(1.0):  # (verld stopped reading it: done)
                         await asyncio.get_running_loop().sock_sendall(sock, data)
@@ -1879,8 +1900,11 @@ async def modbus_slow_reader(nb: Neighbour) -> None:
             started = time.monotonic()
             while time.monotonic() - started < 5.0 and not writer.is_closing():
                 nb.stats.sent += 4
-                writer.write(b"".join(mbap_frame(nb.next() & 0xFFFF, nb.dialect.own(nb.n).data)
-                                      for _ in range(4)))  # fmt: skip
+                writer.write(
+                    b"".join(
+                        mbap_frame(nb.next() & 0xFFFF, nb.dialect.own(nb.n).data) for _ in range(4)
+                    )
+                )
                 await asyncio.sleep(0.01)
         finally:
             await _close_writer(writer, abrupt=True)
@@ -1902,8 +1926,9 @@ async def modbus_abrupt(nb: Neighbour) -> None:
     while True:
         _reader, writer = await nb.modbus()
         nb.stats.sent += 8
-        writer.write(b"".join(mbap_frame(nb.next() & 0xFFFF, nb.dialect.own(nb.n).data)
-                              for _ in range(8)))  # fmt: skip
+        writer.write(
+            b"".join(mbap_frame(nb.next() & 0xFFFF, nb.dialect.own(nb.n).data) for _ in range(8))
+        )
         await asyncio.sleep(random.uniform(0, 0.01))
         await _close_writer(writer, abrupt=True)
         await asyncio.sleep(0.005)
@@ -1912,8 +1937,9 @@ async def modbus_abrupt(nb: Neighbour) -> None:
 # MQTT neighbours (MQTT 3.1.1: their replies come on call/response)
 
 
-async def _mqtt_loop(nb: Neighbour, make: Callable[[int], list[dict[str, Any] | bytes]],
-                     pause: float = 0.0) -> None:  # fmt: skip
+async def _mqtt_loop(
+    nb: Neighbour, make: Callable[[int], list[dict[str, Any] | bytes]], pause: float = 0.0
+) -> None:
     client = await nb.mqtt()
     try:
         while True:
@@ -2243,8 +2269,11 @@ async def run_case(
         await monitor.close()
     rig.check_alive()
     tally = good.tally
-    link = [f"{e.get('state')} g{e.get('generation')} ({e.get('reason')})" for e in monitor.events
-            if e.get("event") == "link"]  # fmt: skip
+    link = [
+        f"{e.get('state')} g{e.get('generation')} ({e.get('reason')})"
+        for e in monitor.events
+        if e.get("event") == "link"
+    ]
     downs = sum(1 for e in monitor.events if e.get("event") == "link" and e.get("state") == "down")
     gens = [before["link"]["generation"], after["link"]["generation"]]
     stray = sorted(tally.generations - {gens[0]})
@@ -2261,8 +2290,7 @@ async def run_case(
         "closed_by_verld": nbs.closed_by_verld,
     }
     if case.behaviour == "no_reply":
-        nb_report.update(written=nbs.written, duplicated=nbs.duplicated,
-                         unwritten=nbs.unwritten)  # fmt: skip
+        nb_report.update(written=nbs.written, duplicated=nbs.duplicated, unwritten=nbs.unwritten)
     return Result(
         case=case.id,
         seconds=seconds,
@@ -2284,7 +2312,7 @@ async def run_case(
         examples=tally.examples,
         problem=problem,
         duplicated=nbs.duplicated,
-    )  # fmt: skip
+    )
 
 
 def run_case_sync(

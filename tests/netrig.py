@@ -120,8 +120,11 @@ class NetRig:
             network.append({"listen": f"127.0.0.1:{port}", **entry})
         self.sim = SimProc(tmp, *sim_args, codec=codec, tcp=tcp)
         try:
-            config = write_config(tmp, self.sim.address if tcp else self.sim.link,
-                                  {**(overrides or {}), "network": network})  # fmt: skip
+            config = write_config(
+                tmp,
+                self.sim.address if tcp else self.sim.link,
+                {**(overrides or {}), "network": network},
+            )
             self.daemon = DaemonProc(config)
         except BaseException:
             self.sim.stop()

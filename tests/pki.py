@@ -52,8 +52,20 @@ class Pki:
         dir.mkdir(parents=True, exist_ok=True)
         self.ca, self.ca_key = dir / "ca.pem", dir / "ca.key"
         extensions = [a for ext in CA_EXTENSIONS for a in ("-addext", ext)] if strict else []
-        openssl("req", "-x509", *EC, "-days", "2", "-subj", f"/CN={cn}", *extensions,
-                "-keyout", str(self.ca_key), "-out", str(self.ca))  # fmt: skip
+        openssl(
+            "req",
+            "-x509",
+            *EC,
+            "-days",
+            "2",
+            "-subj",
+            f"/CN={cn}",
+            *extensions,
+            "-keyout",
+            str(self.ca_key),
+            "-out",
+            str(self.ca),
+        )
 
     def server(self, name: str = "server", cn: str = "localhost") -> tuple[Path, Path]:
         """A server certificate for localhost and 127.0.0.1: (cert, key)."""
@@ -69,8 +81,19 @@ class Pki:
         ext.write_text("\n".join((*_LEAF, *extensions)) + "\n")
         openssl("req", *EC, "-subj", f"/CN={cn}", "-keyout", str(key), "-out", str(csr))
         ca = ("-CA", str(self.ca), "-CAkey", str(self.ca_key), "-CAcreateserial")
-        openssl("x509", "-req", "-in", str(csr), *ca, "-days", "2", "-extfile", str(ext),
-                "-out", str(cert))  # fmt: skip
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            *ca,
+            "-days",
+            "2",
+            "-extfile",
+            str(ext),
+            "-out",
+            str(cert),
+        )
         return cert, key
 
 
@@ -85,7 +108,18 @@ def self_signed(dir: Path, cn: str = "test") -> tuple[Path, Path]:
         SERVER_NAMES,
         "subjectKeyIdentifier=hash",
     )
-    openssl("req", "-x509", *EC, "-days", "1", "-subj", f"/CN={cn}",
-            *(a for ext in extensions for a in ("-addext", ext)),
-            "-keyout", str(key), "-out", str(cert))  # fmt: skip
+    openssl(
+        "req",
+        "-x509",
+        *EC,
+        "-days",
+        "1",
+        "-subj",
+        f"/CN={cn}",
+        *(a for ext in extensions for a in ("-addext", ext)),
+        "-keyout",
+        str(key),
+        "-out",
+        str(cert),
+    )
     return cert, key

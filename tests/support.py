@@ -93,8 +93,13 @@ def _imports_as_nobody(python: list[str]) -> str | None:
 def _readable_copy() -> Path:
     """verld and what it loads outside the standard library, copied to a new directory
     every user may read (removed when this test process ends)."""
-    r = subprocess.run([sys.executable, "-c", _LIST_IMPORTS], capture_output=True, text=True,
-                       timeout=60, check=True)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", _LIST_IMPORTS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     top = Path(tempfile.mkdtemp(prefix="verld-nobody-"))
     atexit.register(shutil.rmtree, top, ignore_errors=True)
     for src in map(Path, json.loads(r.stdout)):
@@ -141,8 +146,14 @@ def _nobody_python() -> list[str] | str:
     env = [shutil.which("env") or "/usr/bin/env", f"PYTHONPATH={copy}"]
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     base = getattr(sys, "_base_executable", None)  # a venv's: the Python it was made from
-    found = [sys.executable, os.path.realpath(sys.executable), base, shutil.which(version),
-             f"/usr/bin/{version}", f"/usr/local/bin/{version}"]  # fmt: skip
+    found = [
+        sys.executable,
+        os.path.realpath(sys.executable),
+        base,
+        shutil.which(version),
+        f"/usr/bin/{version}",
+        f"/usr/local/bin/{version}",
+    ]
     tried = []
     for python in dict.fromkeys(p for p in found if p and os.path.isfile(p)):
         why_not = _imports_as_nobody([*env, python])
@@ -158,9 +169,11 @@ def _nobody_python() -> list[str] | str:
     if why_not is None:
         return command
     tried.append(f"{python}: {why_not}")
-    return ("uid 65534 cannot import verld from this checkout (a directory on the way, such "
-            "as a 0700 home, is closed to other users), nor from a readable copy with any "
-            f"{version} it may run: " + "; ".join(tried))  # fmt: skip
+    return (
+        "uid 65534 cannot import verld from this checkout (a directory on the way, such "
+        "as a 0700 home, is closed to other users), nor from a readable copy with any "
+        f"{version} it may run: " + "; ".join(tried)
+    )
 
 
 def nobody_python() -> list[str]:

@@ -34,42 +34,103 @@ NUMBERS = {
     "api": {
         "direct": ("lat32_p50_us", "lat1k_p99_us", "calls_inflight8", "paced_util_c8"),
         "socat": ("lat32_p50_us", "calls_inflight8", "cpu_us_c1", "cpu_us_pipelined"),
-        "verld": ("calls_c16", "calls_c64", "calls_p16x8_w8", "calls_p16x8_w32", "calls_check",
-                  "cpu_us_check", "rss_mib_c64", "ready_s", "idle_cpu_percent", "paced_util_c1"),
+        "verld": (
+            "calls_c16",
+            "calls_c64",
+            "calls_p16x8_w8",
+            "calls_p16x8_w32",
+            "calls_check",
+            "cpu_us_check",
+            "rss_mib_c64",
+            "ready_s",
+            "idle_cpu_percent",
+            "paced_util_c1",
+        ),
     },
     "ports": {
         "direct": ("lat32_p50_us", "lat32_p99_us", "calls_c1", "py_p50_us", "py_p99_us"),
-        "port": ("lat32_p50_us", "py_p50_us", "cpu_us_c1", "ready_s", "paced_calls", "paced_util",
-                 "paced_util_counters", "paced_p99_ms", "paced_cpu_percent"),
+        "port": (
+            "lat32_p50_us",
+            "py_p50_us",
+            "cpu_us_c1",
+            "ready_s",
+            "paced_calls",
+            "paced_util",
+            "paced_util_counters",
+            "paced_p99_ms",
+            "paced_cpu_percent",
+        ),
     },
     "modbus": {
         "direct": ("lock_p50_us", "lock_p99_us", "raw_p50_us", "lock_calls"),
-        "verld": ("lock_p50_us", "raw_p50_us", "cpu_us_lock", "paced_calls", "paced_util",
-                  "off_p50_ms", "off_p99_ms", "off_calls", "off_silent_calls"),
+        "verld": (
+            "lock_p50_us",
+            "raw_p50_us",
+            "cpu_us_lock",
+            "paced_calls",
+            "paced_util",
+            "off_p50_ms",
+            "off_p99_ms",
+            "off_calls",
+            "off_silent_calls",
+        ),
     },
     "network": {
         "direct": ("lat32_p50_us", "lat32_p99_us", "calls_c1", "sim_cpu_us_c1"),
-        "network": ("lat32_p50_us", "calls_c1", "cpu_us_c1", "sim_cpu_us_c1", "ready_s",
-                    "paced_calls", "paced_util", "paced_util_counters", "paced_p99_ms",
-                    "paced_cpu_us", "paced_cpu_percent"),
+        "network": (
+            "lat32_p50_us",
+            "calls_c1",
+            "cpu_us_c1",
+            "sim_cpu_us_c1",
+            "ready_s",
+            "paced_calls",
+            "paced_util",
+            "paced_util_counters",
+            "paced_p99_ms",
+            "paced_cpu_us",
+            "paced_cpu_percent",
+        ),
         **dict.fromkeys(SER2NET, ("lat32_p50_us", "lat32_p99_us", "calls_c1", "cpu_us_c1")),
     },
     "links": {
         "direct": ("lat32_p50_us", "lat32_p99_us", "calls_32", "sim_cpu_us_32"),
-        **dict.fromkeys(LINKS, ("lat32_p50_us", "lat32_p99_us", "calls_32", "verld_cpu_us_32",
-                                "ser2net_cpu_us_32", "sim_cpu_us_32", "open_ms")),
+        **dict.fromkeys(
+            LINKS,
+            (
+                "lat32_p50_us",
+                "lat32_p99_us",
+                "calls_32",
+                "verld_cpu_us_32",
+                "ser2net_cpu_us_32",
+                "sim_cpu_us_32",
+                "open_ms",
+            ),
+        ),
     },
     "fleet": {
         "direct": ("lock_p50_us", "lock_rate", "fleet_rate", "fleet_p50_us", "verld_us_fleet"),
-        "mqtt": ("lock_p50_us", "fleet_rate", "server_us_lock", "server_us_fleet",
-                 "broker_us_fleet", "ent_cpu_pct", "ent_cpu_us", "ent_rss_mib"),
+        "mqtt": (
+            "lock_p50_us",
+            "fleet_rate",
+            "server_us_lock",
+            "server_us_fleet",
+            "broker_us_fleet",
+            "ent_cpu_pct",
+            "ent_cpu_us",
+            "ent_rss_mib",
+        ),
         "echo": ("lock_p50_us", "fleet_rate", "server_us_fleet", "broker_pct_fleet"),
     },
-}  # fmt: skip
+}
 #: targets that are n/a in the smoke run: a side is left out (mbusd; the API path of ports;
 #: the links family's 1 KiB workload and pty link; ser2net where it is not installed)
-NOT_HERE = ("mbusd", "verld API client", "1 KiB", "pty link",
-            *(() if HAVE_SER2NET else ("ser2net",)))  # fmt: skip
+NOT_HERE = (
+    "mbusd",
+    "verld API client",
+    "1 KiB",
+    "pty link",
+    *(() if HAVE_SER2NET else ("ser2net",)),
+)
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -84,13 +145,27 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     started = time.monotonic()
     quick = subprocess.Popen(
         [sys.executable, str(REPO / "tools/bench"), "--quick", "--no-mbusd", "--json", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     ab = subprocess.Popen(
-        [sys.executable, str(REPO / "tools/bench-ab"), str(REPO), str(REPO), "--rounds", "1",
-         "--warmup", "0.02", "--duration", "0.1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "tools/bench-ab"),
+            str(REPO),
+            str(REPO),
+            "--rounds",
+            "1",
+            "--warmup",
+            "0.02",
+            "--duration",
+            "0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         quick_out, _ = quick.communicate(timeout=140)
         ab_out, _ = ab.communicate(timeout=60)
@@ -99,10 +174,14 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             if proc.poll() is None:
                 proc.kill()
     return {
-        "code": quick.returncode, "stdout": quick_out, "ab_code": ab.returncode,
-        "ab_stdout": ab_out, "json": json.loads(out.read_text()) if out.exists() else None,
-        "json_path": out, "seconds": time.monotonic() - started,
-    }  # fmt: skip
+        "code": quick.returncode,
+        "stdout": quick_out,
+        "ab_code": ab.returncode,
+        "ab_stdout": ab_out,
+        "json": json.loads(out.read_text()) if out.exists() else None,
+        "json_path": out,
+        "seconds": time.monotonic() - started,
+    }
 
 
 def _families(smoke: dict[str, Any]) -> dict[str, Any]:
@@ -249,9 +328,11 @@ def test_rfc2217_link_against_tcp(smoke: dict[str, Any]) -> None:
     assert rnd["tcp"]["lat32"]["link"]["port"].startswith("tcp://127.0.0.1:")
     assert set(rnd["rfc2217"]["lat32"]["link"]["modem"]) == {"cts", "dsr", "ri", "cd"}
     names = {t["name"]: t for t in links["summary"]["targets"]}
-    for name in ("rfc2217 p50 / tcp p50 via ser2net, lock-step 32 B",
-                 "rfc2217 / tcp verld CPU per call via ser2net, lock-step 32 B",
-                 "rfc2217 / tcp ser2net CPU per call, lock-step 32 B"):  # fmt: skip
+    for name in (
+        "rfc2217 p50 / tcp p50 via ser2net, lock-step 32 B",
+        "rfc2217 / tcp verld CPU per call via ser2net, lock-step 32 B",
+        "rfc2217 / tcp ser2net CPU per call, lock-step 32 B",
+    ):
         ratio = names[name]
         assert ratio["target"] == 1.1 and isinstance(ratio["measured"], float), ratio
         assert len(ratio["per_round"]) == 1 and isinstance(ratio["pass"], bool)
@@ -291,13 +372,15 @@ def test_fleet_entities_poll_every_entity_of_every_device(smoke: dict[str, Any])
 def test_from_json_rerenders_and_knows_an_old_file(smoke: dict[str, Any]) -> None:
     """--from-json prints a saved run's tables again; an old file is from an older engine."""
     run = [sys.executable, str(REPO / "tools/bench"), "--from-json"]
-    again = subprocess.run([*run, str(smoke["json_path"])], capture_output=True, text=True,
-                           timeout=20, check=False)  # fmt: skip
+    again = subprocess.run(
+        [*run, str(smoke["json_path"])], capture_output=True, text=True, timeout=20, check=False
+    )
     assert again.returncode == 0 and "verld's API against a direct pty" in again.stdout
     old = REPO / "docs/bench.json"
     if old.exists() and "engine" not in json.loads(old.read_text()):
-        gone = subprocess.run([*run, str(old)], capture_output=True, text=True, timeout=20,
-                              check=False)  # fmt: skip
+        gone = subprocess.run(
+            [*run, str(old)], capture_output=True, text=True, timeout=20, check=False
+        )
         assert gone.returncode == 2 and "older engine" in gone.stderr
 
 

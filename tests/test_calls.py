@@ -205,8 +205,10 @@ class TestLanes:
         assert q.ready() is False and len(q) == 1
 
     @settings(max_examples=200, deadline=None)
-    @given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 4), st.booleans()),
-                    max_size=40), st.integers(1, 5))  # fmt: skip
+    @given(
+        st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 4), st.booleans()), max_size=40),
+        st.integers(1, 5),
+    )
     def test_every_call_comes_out_once_in_owner_order_per_unit(
         self, pushes: list[tuple[str, int, bool]], batch: int
     ) -> None:

@@ -104,8 +104,15 @@ class TestReplyFalse:
         r = Reply(0, b"x", 0.5, 1)
         assert r.reply is True
         assert [f.name for f in dataclasses.fields(Reply)] == [
-            "status", "data", "ms", "generation", "text", "error", "message", "reply"
-        ]  # fmt: skip
+            "status",
+            "data",
+            "ms",
+            "generation",
+            "text",
+            "error",
+            "message",
+            "reply",
+        ]
 
     @pytest.mark.timeout(20)
     def test_client_call_sends_reply_false(self, tmp_path: Path) -> None:

@@ -159,8 +159,9 @@ SPEC_REQUESTS = [
 ]
 
 
-@pytest.mark.parametrize(("request_bytes", "expected"), [c[1:] for c in SPEC_REQUESTS],
-                         ids=[c[0] for c in SPEC_REQUESTS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("request_bytes", "expected"), [c[1:] for c in SPEC_REQUESTS], ids=[c[0] for c in SPEC_REQUESTS]
+)
 def test_builder_output_is_the_spec_example_byte_for_byte(
     request_bytes: bytes, expected: str
 ) -> None:
@@ -220,8 +221,10 @@ def test_read_builders_agree_with_pymodbus(fc: int, address: int, count: int) ->
     assert build(1, address, count) == bytes((1, pdu.function_code)) + pdu.encode()
 
 
-@given(address=st.integers(0, 65535 - 123), values=st.lists(st.integers(0, 65535), min_size=1,
-       max_size=123))  # fmt: skip
+@given(
+    address=st.integers(0, 65535 - 123),
+    values=st.lists(st.integers(0, 65535), min_size=1, max_size=123),
+)
 def test_register_write_builders_agree_with_pymodbus(address: int, values: list[int]) -> None:
     """The register write builders give the same bytes as pymodbus's for any address and values."""
     many = WriteMultipleRegistersRequest(address=address, registers=values, dev_id=1)
@@ -230,8 +233,9 @@ def test_register_write_builders_agree_with_pymodbus(address: int, values: list[
     assert Request.write_register(1, address, values[0]) == h("01 06") + one.encode()
 
 
-@given(address=st.integers(0, 65535 - 1968), values=st.lists(st.booleans(), min_size=1,
-       max_size=1968))  # fmt: skip
+@given(
+    address=st.integers(0, 65535 - 1968), values=st.lists(st.booleans(), min_size=1, max_size=1968)
+)
 def test_coil_write_builders_agree_with_pymodbus(address: int, values: list[bool]) -> None:
     """The coil write builders give the same bytes as pymodbus's for any address and bits."""
     many = WriteMultipleCoilsRequest(address=address, bits=values, dev_id=1)
@@ -372,17 +376,15 @@ def test_builders_reject_a_non_integer_argument() -> None:
 def test_decode_bits_reads_the_spec_coils_example_trimmed_to_the_count() -> None:
     """decode_bits reads the spec's coils example as 19 bits, the padding dropped."""
     bits = decode_bits(Request.read_coils(1, 19, 19), h("01 01 03 cd 6b 05"))
-    assert bits == [bool(b) for b in [1, 0, 1, 1, 0, 0, 1, 1,
-                                      1, 1, 0, 1, 0, 1, 1, 0,
-                                      1, 0, 1]]  # fmt: skip
+    assert bits == [bool(b) for b in [1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1]]
 
 
 def test_decode_bits_reads_the_spec_discrete_inputs_example() -> None:
     """decode_bits reads the spec's discrete inputs example as its 22 bits."""
     bits = decode_bits(Request.read_discrete_inputs(1, 196, 22), h("01 02 03 ac db 35"))
-    assert bits == [bool(b) for b in [0, 0, 1, 1, 0, 1, 0, 1,
-                                      1, 1, 0, 1, 1, 0, 1, 1,
-                                      1, 0, 1, 0, 1, 1]]  # fmt: skip
+    assert bits == [
+        bool(b) for b in [0, 0, 1, 1, 0, 1, 0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 0, 1, 1]
+    ]
 
 
 def test_decode_registers_reads_the_spec_holding_registers_example() -> None:
@@ -517,8 +519,12 @@ def bits_reply(unit: int, fc: int, bits: list[bool]) -> bytes:
     return bytes((unit, fc, nbytes)) + value.to_bytes(nbytes, "little")
 
 
-@given(unit=st.integers(0, 255), address=st.integers(0, 65535 - 125),
-       fc=st.sampled_from([3, 4]), values=registers)  # fmt: skip
+@given(
+    unit=st.integers(0, 255),
+    address=st.integers(0, 65535 - 125),
+    fc=st.sampled_from([3, 4]),
+    values=registers,
+)
 def test_registers_round_trip_through_request_and_reply(
     unit: int, address: int, fc: int, values: list[int]
 ) -> None:
@@ -529,8 +535,12 @@ def test_registers_round_trip_through_request_and_reply(
     assert decode_registers(request, reply) == values
 
 
-@given(unit=st.integers(0, 255), address=st.integers(0, 65535 - 2000),
-       fc=st.sampled_from([1, 2]), bits=bits_2000)  # fmt: skip
+@given(
+    unit=st.integers(0, 255),
+    address=st.integers(0, 65535 - 2000),
+    fc=st.sampled_from([1, 2]),
+    bits=bits_2000,
+)
 def test_bits_round_trip_through_request_and_reply(
     unit: int, address: int, fc: int, bits: list[bool]
 ) -> None:
@@ -550,8 +560,9 @@ def test_decode_bits_ignores_the_padding_bits_of_the_last_byte(
     assert decode_bits(Request.read_coils(1, 0, len(bits)), bytes(reply)) == bits
 
 
-@given(address=st.integers(0, 65535 - 1968),
-       bits=st.lists(st.booleans(), min_size=1, max_size=1968))  # fmt: skip
+@given(
+    address=st.integers(0, 65535 - 1968), bits=st.lists(st.booleans(), min_size=1, max_size=1968)
+)
 def test_write_coils_packs_bits_as_a_read_of_them_unpacks(address: int, bits: list[bool]) -> None:
     """write_coils packs bits as a read reply carries them, and its echo passes check_write."""
     request = Request.write_coils(1, address, bits)
@@ -560,8 +571,10 @@ def test_write_coils_packs_bits_as_a_read_of_them_unpacks(address: int, bits: li
     check_write(request, request[:6])  # the echo: unit, fc, address, count
 
 
-@given(address=st.integers(0, 65535 - 123),
-       values=st.lists(st.integers(0, 65535), min_size=1, max_size=123))  # fmt: skip
+@given(
+    address=st.integers(0, 65535 - 123),
+    values=st.lists(st.integers(0, 65535), min_size=1, max_size=123),
+)
 def test_write_registers_carries_the_values_big_endian(address: int, values: list[int]) -> None:
     """write_registers carries the values big-endian, and its echo passes check_write."""
     request = Request.write_registers(1, address, values)

@@ -63,8 +63,11 @@ class TestQuickStart:
         s = start("sim", "--socket", "/srv/v/x.sock")
         assert s.quick and s.config_path is None
         default = Config()
-        expected = replace(default, device=replace(default.device, port="sim"),
-                           api=replace(default.api, socket="/srv/v/x.sock"))  # fmt: skip
+        expected = replace(
+            default,
+            device=replace(default.device, port="sim"),
+            api=replace(default.api, socket="/srv/v/x.sock"),
+        )
         assert replace(s.cfg, source=None) == expected
 
     def test_reads_no_config_file(self, tmp_path: Path) -> None:
@@ -78,7 +81,10 @@ class TestQuickStart:
         """--codec and --baudrate set device.codec and device.baudrate."""
         s = start("/dev/ttyUSB0", "--codec", "line", "--baudrate", "9600", "--socket", "/x.sock")
         assert (s.cfg.device.port, s.cfg.device.codec, s.cfg.device.baudrate) == (
-            "/dev/ttyUSB0", "line", 9600)  # fmt: skip
+            "/dev/ttyUSB0",
+            "line",
+            9600,
+        )
 
     @pytest.mark.parametrize("port", ["tcp://10.0.0.5:4001", "rfc2217://10.0.0.5:2217"])
     def test_network_ports(self, port: str) -> None:
@@ -193,8 +199,17 @@ class TestOnTopOfConfig:
     def test_command_line_wins(self, tmp_path: Path) -> None:
         """PORT, --codec, --baudrate and --socket replace the file's; its other keys stay."""
         path = write_config(tmp_path, "/dev/ttyS3", {"device": {"baudrate": 19200}})
-        s = start("--config", str(path), "sim", "--codec", "length", "--baudrate", "9600",
-                  "--socket", "/srv/other.sock")  # fmt: skip
+        s = start(
+            "--config",
+            str(path),
+            "sim",
+            "--codec",
+            "length",
+            "--baudrate",
+            "9600",
+            "--socket",
+            "/srv/other.sock",
+        )
         device = s.cfg.device
         assert (device.port, device.codec, device.baudrate) == ("sim", "length", 9600)
         assert s.cfg.api.socket == "/srv/other.sock"
@@ -225,8 +240,9 @@ class TestOnTopOfConfig:
     def test_checks_across_fields_see_the_command_line(self, tmp_path: Path) -> None:
         """The file's Modbus TCP server with --codec verl is refused like the same file."""
         path = tmp_path / "m.yaml"
-        path.write_text("device: {port: /dev/ttyS3, codec: modbus-rtu}\n"
-                        "modbus: {listen: '127.0.0.1:1502'}\n")  # fmt: skip
+        path.write_text(
+            "device: {port: /dev/ttyS3, codec: modbus-rtu}\nmodbus: {listen: '127.0.0.1:1502'}\n"
+        )
         with pytest.raises(ConfigError, match=r"m.yaml:2: modbus.listen: .*needs device.codec"):
             start("-c", str(path), "--codec", "verl")
 
@@ -258,17 +274,22 @@ class TestBadValues:
     @pytest.mark.parametrize(
         ("argv", "words"),
         [
-            (["sim", "--codec", "verll", "--socket", "/x.sock"],
-             "--codec: expected one of verl, length, line, modbus-rtu, modbus-tcp, got 'verll'; "
-             "did you mean 'verl'?"),
+            (
+                ["sim", "--codec", "verll", "--socket", "/x.sock"],
+                "--codec: expected one of verl, length, line, modbus-rtu, modbus-tcp, got 'verll'; "
+                "did you mean 'verl'?",
+            ),
             (["sim", "--baudrate", "fast"], "--baudrate: expected a baud rate > 0, got 'fast'"),
             (["sim", "--baudrate", "0"], "--baudrate: expected a baud rate > 0, got 0"),
             (["sim", "--baudrate", "9600.5"], "--baudrate: expected a baud rate > 0, got 9600.5"),
-            (["tcp://host", "--socket", "/x.sock"], "PORT: expected tcp://HOST:PORT, got 'tcp://host'"),
+            (
+                ["tcp://host", "--socket", "/x.sock"],
+                "PORT: expected tcp://HOST:PORT, got 'tcp://host'",
+            ),
             (["", "--socket", "/x.sock"], "PORT: expected a serial device path, tcp://HOST:PORT"),
             (["sim", "--socket", "/" + "s" * 120], "--socket: Unix socket paths are limited"),
         ],
-    )  # fmt: skip
+    )
     def test_checked_like_a_files_values(self, argv: list[str], words: str) -> None:
         """Option values go through the config's checkers: the same words, the option named."""
         assert words in usage_of(*argv)
@@ -286,8 +307,10 @@ class TestAnnounce:
         """On a console a quick start's first lines name the socket and verlctl commands."""
         announce(start("sim", "--socket", "/srv/v/x.sock"), "console", env={})
         lines = capsys.readouterr().err.splitlines()
-        assert lines[0] == ("verld: quick start on the simulated device (codec verl, no config "
-                            "file), listening on /srv/v/x.sock; in another shell try:")  # fmt: skip
+        assert lines[0] == (
+            "verld: quick start on the simulated device (codec verl, no config "
+            "file), listening on /srv/v/x.sock; in another shell try:"
+        )
         assert lines[1].endswith(" --socket /srv/v/x.sock status")
         assert lines[2].endswith(" --socket /srv/v/x.sock call --hex 01aabb")
 
@@ -347,12 +370,14 @@ def link_up(proc: subprocess.Popen[bytes], sock: str, err: Path) -> bool:
 class Daemon:
     """verld started from a command line, stderr in `err`; stopped by `stop()`."""
 
-    def __init__(self, argv: list[str], err: Path, sock: str, *, env: dict[str, str],
-                 cwd: Path | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, argv: list[str], err: Path, sock: str, *, env: dict[str, str], cwd: Path | None = None
+    ) -> None:
         self.err, self.sock = err, sock
         with open(err, "wb") as f:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=f, env=env,
-                                         cwd=cwd)  # fmt: skip
+            self.proc = subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=f, env=env, cwd=cwd
+            )
         try:
             wait_for(lambda: link_up(self.proc, sock, err), 20, "the quick start's link")
         except BaseException:
@@ -384,8 +409,13 @@ def test_quick_start_on_the_simulated_device(sockdir: Path) -> None:
     sock = str(sockdir / "x.sock")
     d = Daemon(verld_cmd("sim", "--socket", sock), sockdir / "err", sock, env=clean_env())
     try:
-        r = subprocess.run([sys.executable, "-m", "verld.ctl", "--socket", sock, "status"],
-                           capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "verld.ctl", "--socket", sock, "status"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
         assert r.returncode == 0, r.stderr
         assert "link        up (connected)" in r.stdout
         first = d.records()[0]
@@ -405,8 +435,9 @@ def test_no_arguments_and_no_default_config_exits_2_creating_nothing(tmp_path: P
     missing = tmp_path / "etc" / "verld.yaml"
     run_verld_existed = os.path.exists("/run/verld")
     env = clean_env(VERLD_DEFAULT_CONFIG=str(missing), XDG_RUNTIME_DIR=str(xdg))
-    r = subprocess.run(verld_cmd(), capture_output=True, text=True, timeout=20, env=env,
-                       cwd=tmp_path, check=False)  # fmt: skip
+    r = subprocess.run(
+        verld_cmd(), capture_output=True, text=True, timeout=20, env=env, cwd=tmp_path, check=False
+    )
     assert r.returncode == 2
     assert r.stderr.startswith("usage: verld PORT ")
     assert f"verld: no config: {missing} does not exist" in r.stderr
@@ -419,8 +450,13 @@ def test_no_arguments_and_no_default_config_exits_2_creating_nothing(tmp_path: P
 @pytest.mark.timeout(30)
 def test_bad_option_value_exits_2_with_usage() -> None:
     """`verld sim --codec verll`: usage, the option's complaint with a suggestion, exit 2."""
-    r = subprocess.run(verld_cmd("sim", "--codec", "verll", "--socket", "/nonexistent/x.sock"),
-                       capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+    r = subprocess.run(
+        verld_cmd("sim", "--codec", "verll", "--socket", "/nonexistent/x.sock"),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
     assert r.returncode == 2
     assert r.stderr.startswith("usage: verld ")
     assert "verld: --codec: " in r.stderr and "did you mean 'verl'?" in r.stderr
@@ -430,8 +466,9 @@ def test_bad_option_value_exits_2_with_usage() -> None:
 def test_version_still_works() -> None:
     """`verld --version` prints the version and exits 0 (no config needed)."""
     env = clean_env(VERLD_DEFAULT_CONFIG="/nonexistent.yaml")
-    r = subprocess.run(verld_cmd("--version"), capture_output=True, text=True, timeout=20,
-                       env=env, check=False)  # fmt: skip
+    r = subprocess.run(
+        verld_cmd("--version"), capture_output=True, text=True, timeout=20, env=env, check=False
+    )
     assert r.returncode == 0 and r.stdout.startswith("verld ")
 
 
@@ -442,11 +479,15 @@ def test_port_on_top_of_config_survives_a_reload(sockdir: Path) -> None:
     # comes up on the sim), and a reload re-reads the file with PORT on top.
     config = write_config(sockdir, "/dev/verld-test-no-such-port")
     sock = str(sockdir / "verld.sock")
-    d = Daemon(verld_cmd("--config", str(config), "sim"), sockdir / "err", sock,
-               env=clean_env())  # fmt: skip
+    d = Daemon(verld_cmd("--config", str(config), "sim"), sockdir / "err", sock, env=clean_env())
     try:
-        r = subprocess.run([sys.executable, "-m", "verld.ctl", "--socket", sock, "reload"],
-                           capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "verld.ctl", "--socket", sock, "reload"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == "reload: ok (changed: nothing)"
         with Client(sock, timeout=5.0) as c:
@@ -467,8 +508,7 @@ def as_nobody() -> list[str]:
         return [sys.executable]
     if shutil.which("setpriv") is None:
         pytest.skip("running as another user needs setpriv")
-    return ["setpriv", f"--reuid={NOBODY}", "--regid=nogroup", "--clear-groups",
-            *nobody_python()]  # fmt: skip
+    return ["setpriv", f"--reuid={NOBODY}", "--regid=nogroup", "--clear-groups", *nobody_python()]
 
 
 @pytest.fixture
@@ -501,15 +541,26 @@ def test_user_quick_start_listens_in_xdg_runtime_dir_and_verlctl_finds_it(
     simdir.mkdir()
     sim = SimProc(simdir, tcp=True)
     try:
-        d = Daemon([*python, "-m", "verld", sim.address], runtime_dir.parent / "err", sock,
-                   env=env, cwd=Path("/"))  # fmt: skip
+        d = Daemon(
+            [*python, "-m", "verld", sim.address],
+            runtime_dir.parent / "err",
+            sock,
+            env=env,
+            cwd=Path("/"),
+        )
     except BaseException:
         sim.stop()
         raise
     try:
-        r = subprocess.run([*python, "-m", "verld.ctl", "status"],
-                           capture_output=True, text=True, timeout=20, env=env, cwd="/",
-                           check=False)  # fmt: skip
+        r = subprocess.run(
+            [*python, "-m", "verld.ctl", "status"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            env=env,
+            cwd="/",
+            check=False,
+        )
         assert r.returncode == 0, r.stderr
         assert "link        up (connected)" in r.stdout
         assert d.records()[0]["socket"] == sock
@@ -523,8 +574,15 @@ def test_user_quick_start_listens_in_xdg_runtime_dir_and_verlctl_finds_it(
 @pytest.mark.timeout(60)  # nobody_python may copy verld first
 def test_user_without_runtime_dir_is_asked_for_a_socket(pubdir: Path) -> None:
     """Not root, no $XDG_RUNTIME_DIR, no --socket: exit 2 asking for --socket, nothing made."""
-    r = subprocess.run([*as_nobody(), "-m", "verld", "sim"], capture_output=True, text=True,
-                       timeout=20, env=clean_env(), cwd=pubdir, check=False)  # fmt: skip
+    r = subprocess.run(
+        [*as_nobody(), "-m", "verld", "sim"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env=clean_env(),
+        cwd=pubdir,
+        check=False,
+    )
     assert r.returncode == 2
     assert "give one with --socket PATH" in r.stderr
     assert list(pubdir.iterdir()) == []

@@ -129,15 +129,25 @@ class TestPings:
             ("line", "*IDN?", 2.0, b"*IDN?", b"*IDN?"),
             ("line", "*IDN?", 0.0, None, b"*IDN?"),
             ("modbus-rtu", "", 2.0, None, None),
-            ("modbus-rtu", "010300000001", 2.0, bytes.fromhex("010300000001"),
-             bytes.fromhex("010300000001")),
+            (
+                "modbus-rtu",
+                "010300000001",
+                2.0,
+                bytes.fromhex("010300000001"),
+                bytes.fromhex("010300000001"),
+            ),
             ("modbus-rtu", "010300000001", 0.0, None, bytes.fromhex("010300000001")),
             ("modbus-tcp", "", 2.0, None, None),
-            ("modbus-tcp", "010300000001", 2.0, bytes.fromhex("010300000001"),
-             bytes.fromhex("010300000001")),
+            (
+                "modbus-tcp",
+                "010300000001",
+                2.0,
+                bytes.fromhex("010300000001"),
+                bytes.fromhex("010300000001"),
+            ),
             ("modbus-tcp", "010300000001", 0.0, None, bytes.fromhex("010300000001")),
         ],
-    )  # fmt: skip
+    )
     def test_pings(
         self,
         name: str,

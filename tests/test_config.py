@@ -74,8 +74,18 @@ class TestDefaults:
 
     def test_every_dataclass_builds_without_arguments(self) -> None:
         """Every config dataclass has a default for every field."""
-        for cls in (LineConfig, DeviceConfig, HeartbeatConfig, ReconnectConfig, RoleList,
-                    RolesConfig, ApiConfig, MetricsConfig, LogConfig, Config):  # fmt: skip
+        for cls in (
+            LineConfig,
+            DeviceConfig,
+            HeartbeatConfig,
+            ReconnectConfig,
+            RoleList,
+            RolesConfig,
+            ApiConfig,
+            MetricsConfig,
+            LogConfig,
+            Config,
+        ):
             assert dataclasses.is_dataclass(cls())
 
     def test_config_is_frozen(self) -> None:
@@ -297,10 +307,17 @@ class TestUnknownKeys:
 
     @pytest.mark.parametrize(
         ("key", "expected"),
-        [("mode", "api.mode"), ("codec", "device.codec"), ("baud", "device.baudrate"),
-         ("interval", "heartbeat.interval"), ("listen", "metrics.listen"),
-         ("socket", "api.socket"), ("level", "log.level"), ("logs", "log")],
-    )  # fmt: skip
+        [
+            ("mode", "api.mode"),
+            ("codec", "device.codec"),
+            ("baud", "device.baudrate"),
+            ("interval", "heartbeat.interval"),
+            ("listen", "metrics.listen"),
+            ("socket", "api.socket"),
+            ("level", "log.level"),
+            ("logs", "log"),
+        ],
+    )
     def test_top_level_names_before_spellings(self, key: str, expected: str) -> None:
         """A section's key by name or alias wins over a near spelling (mode: not modbus)."""
         line = one_error(f"device: {{port: sim}}\n{key}: x\n")
@@ -620,8 +637,13 @@ class TestHelpers:
         assert dict(device.actions) == {"reset": 16, "echo": 9}
         assert actions_table(device) == {**DEFAULT_ACTIONS, "reset": 16, "echo": 9}
         assert actions_table(DeviceConfig()) == {
-            "echo": 1, "info": 2, "delay": 3, "fail": 4, "status": 5, "events": 6,
-        }  # fmt: skip
+            "echo": 1,
+            "info": 2,
+            "delay": 3,
+            "fail": 4,
+            "status": 5,
+            "events": 6,
+        }
 
     def test_tcp_target(self) -> None:
         """tcp_target splits tcp:// ports and returns None for others."""
@@ -645,10 +667,44 @@ class TestHelpers:
 
 
 YAML_PIECES = st.sampled_from(
-    ["device:", "api:", "log:", "host:", "mode:", "port:", "roles:", "uids:", "<<:", "&a", "*a",
-     " ", "  ", "\n", "\t", "-", ":", ",", "{", "}", "[", "]", "'", '"', "?", "#", "!!str",
-     "0660", "660", "yes", "~", "1.5", "tcp://h:1", "sim", "---\n"]
-)  # fmt: skip
+    [
+        "device:",
+        "api:",
+        "log:",
+        "host:",
+        "mode:",
+        "port:",
+        "roles:",
+        "uids:",
+        "<<:",
+        "&a",
+        "*a",
+        " ",
+        "  ",
+        "\n",
+        "\t",
+        "-",
+        ":",
+        ",",
+        "{",
+        "}",
+        "[",
+        "]",
+        "'",
+        '"',
+        "?",
+        "#",
+        "!!str",
+        "0660",
+        "660",
+        "yes",
+        "~",
+        "1.5",
+        "tcp://h:1",
+        "sim",
+        "---\n",
+    ]
+)
 
 
 class TestRobustness:

@@ -82,8 +82,9 @@ class TestVerlctl:
 
     def test_timeout_exits_4(self, daemon: DaemonProc) -> None:
         """A call that times out exits 4."""
-        r = verlctl("--socket", daemon.socket, "call", "--hex", "030bb8", "--timeout", "0.2",
-                    "--retry", "0")  # fmt: skip
+        r = verlctl(
+            "--socket", daemon.socket, "call", "--hex", "030bb8", "--timeout", "0.2", "--retry", "0"
+        )
         assert r.returncode == 4
 
     def test_ping_count(self, daemon: DaemonProc) -> None:
@@ -120,8 +121,9 @@ class TestVerlctl:
         """`events` writes a device event as a line into a pipe and exits 0 on SIGTERM."""
         proc = subprocess.Popen(
             [sys.executable, "-m", "verld.ctl", "--socket", daemon.socket, "events"],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         out, lines = proc.stdout, queue.Queue[str]()
         assert out is not None
 
@@ -184,8 +186,9 @@ class TestNoReply:
 
     def test_no_reply_json(self, line_daemon: DaemonProc) -> None:
         """`--json call --no-reply` prints the reply with `"reply": false`, status 0 and no data."""
-        r = verlctl("--socket", line_daemon.socket, "--json", "call", "--text", "ECHO x",
-                    "--no-reply")  # fmt: skip
+        r = verlctl(
+            "--socket", line_daemon.socket, "--json", "call", "--text", "ECHO x", "--no-reply"
+        )
         assert r.returncode == 0, r.stderr
         obj = json.loads(r.stdout)
         assert obj["reply"] is False
@@ -208,16 +211,24 @@ class TestNoReply:
 class TestDaemonCli:
     def test_check_config_ok(self) -> None:
         """--check-config on a valid file exits 0."""
-        r = subprocess.run([sys.executable, "-m", "verld", "--check-config", "configs/verld.yaml"],
-                           capture_output=True, text=True, check=False)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "verld", "--check-config", "configs/verld.yaml"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert r.returncode == 0
 
     def test_check_config_typo_suggests(self, tmp_path: Path) -> None:
         """A `timout:` typo exits 2 and suggests `timeout`, naming file and line."""
         bad = tmp_path / "bad.yaml"
         bad.write_text("device:\n  port: /dev/ttyUSB0\n  timout: 3\n")
-        r = subprocess.run([sys.executable, "-m", "verld", "--check-config", str(bad)],
-                           capture_output=True, text=True, check=False)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "verld", "--check-config", str(bad)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert r.returncode == 2
         assert f"{bad}:3" in r.stderr and "did you mean 'timeout'" in r.stderr
         assert "Traceback" not in r.stderr
@@ -226,8 +237,13 @@ class TestDaemonCli:
         """verld --config with an invalid file exits 2 without starting."""
         bad = tmp_path / "bad.yaml"
         bad.write_text("max_wait_time: 3\n")
-        r = subprocess.run([sys.executable, "-m", "verld", "--config", str(bad)],
-                           capture_output=True, text=True, check=False, timeout=20)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "verld", "--config", str(bad)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=20,
+        )
         assert r.returncode == 2
         assert "max_wait_time" in r.stderr and "timeout'?" in r.stderr
 
@@ -299,13 +315,21 @@ class TestDefaultSocket:
             pytest.skip("a system verld socket exists here: verlctl takes that one")
         xdg = Path(sim.link).parent / "xdg"
         xdg.mkdir()
-        d = DaemonProc(write_config(Path(sim.link).parent, sim.link,
-                                    {"api": {"socket": str(xdg / "verld.sock")}}))  # fmt: skip
+        d = DaemonProc(
+            write_config(
+                Path(sim.link).parent, sim.link, {"api": {"socket": str(xdg / "verld.sock")}}
+            )
+        )
         try:
             env = {k: v for k, v in os.environ.items() if k != "VERLD_SOCKET"}
-            r = subprocess.run([sys.executable, "-m", "verld.ctl", "status"], capture_output=True,
-                               text=True, timeout=20, env={**env, "XDG_RUNTIME_DIR": str(xdg)},
-                               check=False)  # fmt: skip
+            r = subprocess.run(
+                [sys.executable, "-m", "verld.ctl", "status"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                env={**env, "XDG_RUNTIME_DIR": str(xdg)},
+                check=False,
+            )
             assert r.returncode == 0, r.stderr
             assert "link        up (connected)" in r.stdout
         finally:
@@ -316,9 +340,14 @@ class TestDefaultSocket:
         if os.path.lexists("/run/verld/verld.sock"):
             pytest.skip("a system verld socket exists here")
         env = {k: v for k, v in os.environ.items() if k != "VERLD_SOCKET"}
-        r = subprocess.run([sys.executable, "-m", "verld.ctl", "status"], capture_output=True,
-                           text=True, timeout=20, env={**env, "XDG_RUNTIME_DIR": str(tmp_path)},
-                           check=False)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "verld.ctl", "status"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            env={**env, "XDG_RUNTIME_DIR": str(tmp_path)},
+            check=False,
+        )
         assert r.returncode == 3
         [line] = r.stderr.strip().splitlines()
         assert line.startswith("verlctl: unreachable: cannot connect to /run/verld/verld.sock")
@@ -341,8 +370,12 @@ def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
     """`argv` run as nobody:nogroup with no supplementary groups."""
     return subprocess.run(
         ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv],
-        capture_output=True, text=True, timeout=20, cwd="/", check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd="/",
+        check=False,
+    )
 
 
 def verlctl_as_nobody(sock: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -412,8 +445,10 @@ class TestPermissionDenied:
         finally:
             pubdir.chmod(0o755)
         assert r.returncode == 3
-        assert r.stderr.startswith(f"verlctl: permission denied on {pubdir} (owner root, "
-                                   "group root, mode 0750), the directory of ")  # fmt: skip
+        assert r.stderr.startswith(
+            f"verlctl: permission denied on {pubdir} (owner root, "
+            "group root, mode 0750), the directory of "
+        )
 
     def test_python_clients_raise_permission_denied(self, public_daemon: DaemonProc) -> None:
         """Client and AsyncClient raise PermissionDenied (an Unreachable) with the message."""

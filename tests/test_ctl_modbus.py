@@ -603,15 +603,30 @@ def test_status_shows_the_modbus_front_when_it_is_on() -> None:
     from verld.ctl.render import render_status
 
     base = {
-        "link": {"state": "up", "reason": "connected", "generation": 1, "port": "/dev/x",
-                 "codec": "modbus-rtu", "since": 0.0},
+        "link": {
+            "state": "up",
+            "reason": "connected",
+            "generation": 1,
+            "port": "/dev/x",
+            "codec": "modbus-rtu",
+            "since": 0.0,
+        },
         "counters": dict.fromkeys(COUNTERS, 0),
         "latency_ms": {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0},
-        "uptime": 1.0, "clients": 0, "queue": 0, "lease": None, "inhibit": None,
-    }  # fmt: skip
+        "uptime": 1.0,
+        "clients": 0,
+        "queue": 0,
+        "lease": None,
+        "inhibit": None,
+    }
     assert "modbus " not in render_status({**base, "modbus": None})
-    front = {"listen": "127.0.0.1:1502", "connections": 2, "calls": 9,
-             "exceptions": {"11": 3}, "closed_malformed": 1}  # fmt: skip
+    front = {
+        "listen": "127.0.0.1:1502",
+        "connections": 2,
+        "calls": 9,
+        "exceptions": {"11": 3},
+        "closed_malformed": 1,
+    }
     row = next(
         r for r in render_status({**base, "modbus": front}).splitlines() if r.startswith("modbus")
     )

@@ -16,8 +16,13 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def verlctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "verld.ctl", *args], capture_output=True,
-                          text=True, timeout=30, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "verld.ctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
 
 
 @contextlib.contextmanager
@@ -25,8 +30,9 @@ def serve(tmp: Path, codec: str, **heartbeat: Any) -> Iterator[tuple[SimProc, Da
     """A verld-sim speaking `codec` and a verld on it, both stopped at the end."""
     sim = SimProc(tmp, codec=codec)
     try:
-        d = DaemonProc(write_config(tmp, sim.link, {"device": {"codec": codec},
-                                                     "heartbeat": heartbeat}))  # fmt: skip
+        d = DaemonProc(
+            write_config(tmp, sim.link, {"device": {"codec": codec}, "heartbeat": heartbeat})
+        )
         try:
             yield sim, d
         finally:

@@ -296,15 +296,33 @@ class TestEventsStayEvents:
 def test_quick_start_flags_serve_the_supply(tmp_path: Path, inst: Instrument) -> None:
     """`verld LINK --codec line --no-reply --ping --expect --event --socket` serves the supply."""
     sock, err = str(tmp_path / "q.sock"), tmp_path / "quick.err"
-    line_options = ["--no-reply", "^[^?]*$", "--ping", "*IDN?", "--expect", "^ACME,",
-                    "--event", "^ALARM"]  # fmt: skip
-    argv = [sys.executable, "-m", "verld", inst.link, "--codec", "line", *line_options,
-            "--socket", sock]  # fmt: skip
+    line_options = [
+        "--no-reply",
+        "^[^?]*$",
+        "--ping",
+        "*IDN?",
+        "--expect",
+        "^ACME,",
+        "--event",
+        "^ALARM",
+    ]
+    argv = [
+        sys.executable,
+        "-m",
+        "verld",
+        inst.link,
+        "--codec",
+        "line",
+        *line_options,
+        "--socket",
+        sock,
+    ]
     drop = {"VERLD_SOCKET", "VERLD_DEFAULT_CONFIG", "XDG_RUNTIME_DIR", "LISTEN_FDS", "LISTEN_PID"}
     env = {k: v for k, v in os.environ.items() if k not in drop}
     with open(err, "wb") as f:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=f, env=env)  # fmt: skip
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=f, env=env
+        )
 
     def up() -> bool:
         if proc.poll() is not None:
@@ -339,8 +357,9 @@ class Picocom:
         cmd = [need("picocom"), "-q", "--imap", "lfcrlf", "-b", "115200", link]
         self.master, slave = os.openpty()
         try:
-            self.proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave,
-                                         start_new_session=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+            )
         finally:
             os.close(slave)
         self.screen = b""
@@ -512,8 +531,9 @@ class TestRefusedTold:
     def test_network_connection(self, verld: Verld) -> None:
         """Two overlong lines on a network connection: network_request_refused once at warning."""
         port = free_port()
-        d = verld(device=self.DEVICE, heartbeat=PLAIN_HEARTBEAT,
-                  network=[{"listen": f"127.0.0.1:{port}"}])  # fmt: skip
+        d = verld(
+            device=self.DEVICE, heartbeat=PLAIN_HEARTBEAT, network=[{"listen": f"127.0.0.1:{port}"}]
+        )
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
             for _ in range(2):
                 sock.sendall(self.OVERLONG)

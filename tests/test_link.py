@@ -163,9 +163,13 @@ class TestTimeoutPolicy:
         """An unanswered ping short of `misses` asks for another probe."""
         link = self.up(misses=2)
         assert link.timed_out(1.0, seqs=True, ping=True, spent=False, probes=True) == (
-            AfterTimeout.RESEND, True)  # fmt: skip
+            AfterTimeout.RESEND,
+            True,
+        )
         assert link.timed_out(2.0, seqs=True, ping=True, spent=False, probes=True) == (
-            AfterTimeout.DEAD, False)  # fmt: skip
+            AfterTimeout.DEAD,
+            False,
+        )
 
     def test_without_a_ping_silent_calls_make_the_link_dead(self) -> None:
         """No ping: `misses` spent calls in a row with no byte from the device are dead."""

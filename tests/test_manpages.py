@@ -59,11 +59,20 @@ def run_help(*argv: str) -> str:
 
 def page_text(name: str) -> str:
     """A page's text as a reader sees it: comments, font changes and escapes gone."""
-    lines = [ln for ln in (MAN / name).read_text(encoding="utf-8").splitlines()
-             if not ln.startswith('.\\"')]  # fmt: skip
+    lines = [
+        ln
+        for ln in (MAN / name).read_text(encoding="utf-8").splitlines()
+        if not ln.startswith('.\\"')
+    ]
     text = "\n".join(lines)
-    for roff, plain in ((r"\-", "-"), (r"\(aq", "'"), (r"\(ga", "`"), (r"\ ", " "),
-                        (r"\&", ""), (r"\e", "\\")):  # fmt: skip
+    for roff, plain in (
+        (r"\-", "-"),
+        (r"\(aq", "'"),
+        (r"\(ga", "`"),
+        (r"\ ", " "),
+        (r"\&", ""),
+        (r"\e", "\\"),
+    ):
         text = text.replace(roff, plain)
     return re.sub(r"\\f[BIRP]", "", text)
 
@@ -81,8 +90,13 @@ def options_in(help_text: str) -> set[str]:
 
 def test_check_passes_on_the_committed_pages() -> None:
     """`tools/manpages --check` (what CI runs through this test) finds man/ current."""
-    r = subprocess.run([sys.executable, str(TOOL), "--check"], capture_output=True,
-                       text=True, timeout=60, check=False)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, str(TOOL), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr + "\nrun `make man` and commit man/"
 
 
@@ -103,8 +117,13 @@ def test_check_names_a_stale_page(tmp_path: Path) -> None:
         shutil.copy(MAN / name, tmp_path / name)
     (tmp_path / "verld.8").write_text(".TH VERLD 8\n", encoding="utf-8")
     (tmp_path / "verld.yaml.5").unlink()
-    r = subprocess.run([sys.executable, str(TOOL), "--check", "--output", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, str(TOOL), "--check", "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 1
     assert "verld.8: differs from what tools/manpages generates" in r.stderr
     assert "verld.yaml.5: missing" in r.stderr
@@ -226,8 +245,13 @@ def groff() -> str:
 @pytest.mark.parametrize("name", PAGES)
 def test_groff_renders_without_warnings(name: str) -> None:
     """groff renders each man page with all warnings on and says nothing."""
-    r = subprocess.run([groff(), "-man", "-Tutf8", "-ww", "-z", str(MAN / name)],
-                       capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    r = subprocess.run(
+        [groff(), "-man", "-Tutf8", "-ww", "-z", str(MAN / name)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert (r.returncode, r.stderr) == (0, "")
 
 
@@ -257,12 +281,24 @@ def test_man_renders_the_daemon_page() -> None:
     man = shutil.which("man")
     if man is None:
         pytest.skip("man is not installed")
-    r = subprocess.run([man, "-l", str(MAN / "verld.8")], capture_output=True, text=True,
-                       timeout=30, check=False, env={**os.environ, "MANWIDTH": "80"})  # fmt: skip
+    r = subprocess.run(
+        [man, "-l", str(MAN / "verld.8")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, "MANWIDTH": "80"},
+    )
     assert r.returncode == 0, r.stderr
     out = re.sub(r".\x08", "", r.stdout)
-    for needle in ("VERLD(8)", "--check-config FILE", "EXIT STATUS", "VERLD_EVENT_LOOP",
-                   "/etc/verld/verld.yaml", f"verld {__version__}"):  # fmt: skip
+    for needle in (
+        "VERLD(8)",
+        "--check-config FILE",
+        "EXIT STATUS",
+        "VERLD_EVENT_LOOP",
+        "/etc/verld/verld.yaml",
+        f"verld {__version__}",
+    ):
         assert needle in out, needle
 
 

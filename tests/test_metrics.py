@@ -40,11 +40,30 @@ def test_prometheus_text_parses() -> None:
     h = Histogram()
     h.observe(0.0004)
     counters = dict.fromkeys(
-        ["calls", "calls_ok", "calls_failed", "timeouts", "retries", "stale", "bad_frames",
-         "reconnects", "pings", "events", "bytes_tx", "bytes_rx", "frames_tx", "frames_rx"], 1
-    )  # fmt: skip
-    st = {"counters": counters, "link": {"state": "up", "generation": 2}, "queue": 0,
-          "errors": {"timeout": 3}}  # fmt: skip
+        [
+            "calls",
+            "calls_ok",
+            "calls_failed",
+            "timeouts",
+            "retries",
+            "stale",
+            "bad_frames",
+            "reconnects",
+            "pings",
+            "events",
+            "bytes_tx",
+            "bytes_rx",
+            "frames_tx",
+            "frames_rx",
+        ],
+        1,
+    )
+    st = {
+        "counters": counters,
+        "link": {"state": "up", "generation": 2},
+        "queue": 0,
+        "errors": {"timeout": 3},
+    }
     families = {f.name: f for f in text_string_to_metric_families(prometheus_text(st, h))}
     assert families["verld_link_up"].samples[0].value == 1
     errors = families["verld_call_errors"].samples

@@ -73,8 +73,15 @@ def test_status_and_metrics_show_the_units(rtu: DaemonProc) -> None:
         with pytest.raises(ClientError):
             client.call(bytes.fromhex("070300000001"))
     units = {u["unit"]: u for u in rtu.status()["units"]}
-    assert units[1] == {"unit": 1, "calls": 2, "ok": 1, "exceptions": 1, "timeouts": 0,
-                        "offline": False, "errors": 0}  # fmt: skip
+    assert units[1] == {
+        "unit": 1,
+        "calls": 2,
+        "ok": 1,
+        "exceptions": 1,
+        "timeouts": 0,
+        "offline": False,
+        "errors": 0,
+    }
     assert units[7]["offline"] is True and units[7]["timeouts"] == 3
     text = client.request("metrics")["text"]
     assert 'verld_modbus_unit_calls_total{unit="7",outcome="offline"} 1' in text
@@ -90,8 +97,11 @@ def test_verlctl_status_lists_the_units(rtu: DaemonProc) -> None:
             client.call(bytes.fromhex("090300000001"))
     out = subprocess.run(
         [sys.executable, "-m", "verld.ctl", "--socket", rtu.socket, "status"],
-        capture_output=True, text=True, timeout=20, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    ).stdout
     lines = {line.split("  ")[0]: line for line in out.splitlines()}
     assert "ok 1" in lines["unit 2"] and "OFFLINE" in lines["unit 9"]
 
@@ -100,8 +110,9 @@ def test_verlctl_monitor_decodes_modbus_frames(rtu: DaemonProc) -> None:
     """`verlctl monitor` shows the unit, the function and the exception by name."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "verld.ctl", "--socket", rtu.socket, "monitor"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     assert proc.stdout is not None
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)

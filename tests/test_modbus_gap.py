@@ -62,10 +62,14 @@ def test_every_request_waits_three_and_a_half_characters_after_a_reply(
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    config = write_config(tmp_path, str(link), {
-        "device": {"codec": "modbus-rtu", "baudrate": 115200, "timeout": 1.0},
-        "heartbeat": {"interval": 0},
-    })  # fmt: skip
+    config = write_config(
+        tmp_path,
+        str(link),
+        {
+            "device": {"codec": "modbus-rtu", "baudrate": 115200, "timeout": 1.0},
+            "heartbeat": {"interval": 0},
+        },
+    )
     daemon = DaemonProc(config, env={"VERLD_EVENT_LOOP": loop})
     try:
         bus = Modbus(daemon.client())

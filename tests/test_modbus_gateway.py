@@ -44,8 +44,12 @@ class Gateway:
         self.cable = PtyCable(tmp)
         self.slave = PymodbusSlave(self.cable.device_path, units=(1, 2), silent=(3,))
         self.port = free_port()
-        settings = {"listen": f"127.0.0.1:{self.port}", "offline_after": 3,
-                    "offline_backoff": 30, **modbus}  # fmt: skip
+        settings = {
+            "listen": f"127.0.0.1:{self.port}",
+            "offline_after": 3,
+            "offline_backoff": 30,
+            **modbus,
+        }
         self.daemon = DaemonProc(
             write_config(
                 tmp,
@@ -122,10 +126,27 @@ class TestReads:
     def test_mbpoll_reads_registers(self, gw: Gateway) -> None:
         """mbpoll (C, libmodbus) reads unit 2's holding registers 0..2 through verld."""
         out = subprocess.run(
-            ["mbpoll", "-m", "tcp", "-p", str(gw.port), "-a", "2", "-0", "-r", "0", "-c", "3",
-             "-1", "127.0.0.1"],
-            capture_output=True, text=True, timeout=20, check=False,
-        )  # fmt: skip
+            [
+                "mbpoll",
+                "-m",
+                "tcp",
+                "-p",
+                str(gw.port),
+                "-a",
+                "2",
+                "-0",
+                "-r",
+                "0",
+                "-c",
+                "3",
+                "-1",
+                "127.0.0.1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         assert "[0]: \t200" in out.stdout and "[2]: \t202" in out.stdout
 
@@ -190,7 +211,7 @@ class TestWrites:
         with s:
             s.sendall(mbap(1, bytes.fromhex("000600080309")))  # register 8 := 777
             s.sendall(mbap(2, bytes.fromhex("010300080001")))
-            (tid, body), = recv_frames(s, 1)  # fmt: skip
+            ((tid, body),) = recv_frames(s, 1)
         assert tid == 2 and body == bytes.fromhex("0103020309")
         assert Modbus(rw.daemon.client()).read_holding_registers(2, 8, 1) == [777]
 
@@ -201,7 +222,7 @@ def test_a_refused_broadcast_is_not_answered_either(gw: Gateway) -> None:
     with s:
         s.sendall(mbap(1, bytes.fromhex("000600080309")))
         s.sendall(mbap(2, bytes.fromhex("010300080001")))
-        (tid, body), = recv_frames(s, 1)  # fmt: skip
+        ((tid, body),) = recv_frames(s, 1)
     assert tid == 2 and body == bytes.fromhex("010302006c")  # (register 8 unchanged: 108)
 
 
@@ -331,9 +352,14 @@ def test_reload_moves_the_listener(tmp_path: Path) -> None:
         text = g.daemon.config.read_text().replace(f"127.0.0.1:{g.port}", f"127.0.0.1:{new_port}")
         g.daemon.config.write_text(text)
         assert g.daemon.client().request("reload")["changed"] == ["modbus.listen"]
-        wait_for(lambda: g.daemon.status()["modbus"] is not None
-                 and g.daemon.status()["modbus"]["listen"] == f"127.0.0.1:{new_port}",
-                 5, "the new listener")  # fmt: skip
+        wait_for(
+            lambda: (
+                g.daemon.status()["modbus"] is not None
+                and g.daemon.status()["modbus"]["listen"] == f"127.0.0.1:{new_port}"
+            ),
+            5,
+            "the new listener",
+        )
         assert old.recv(100) == b""
         old.close()
         g.port = new_port
@@ -381,8 +407,13 @@ def test_status_reports_the_front(gw: Gateway) -> None:
     master.read_holding_registers(0, count=1, device_id=1)
     master.write_register(0, 1, device_id=1)
     st = gw.daemon.status()["modbus"]
-    assert st == {"listen": f"127.0.0.1:{gw.port}", "connections": 1, "calls": 2,
-                  "exceptions": {"1": 1}, "closed_malformed": 0}  # fmt: skip
+    assert st == {
+        "listen": f"127.0.0.1:{gw.port}",
+        "connections": 1,
+        "calls": 2,
+        "exceptions": {"1": 1},
+        "closed_malformed": 0,
+    }
     with pytest.raises(ClientError):  # (and the API still refuses what is not Modbus)
         gw.daemon.client().call(b"\x01")
 

@@ -227,10 +227,21 @@ def test_unplug_and_replug_under_load(bench: Bench) -> None:
 def test_verlctl_call_reads_a_register_by_hand(bench: Bench) -> None:
     """`verlctl call --hex 010300000001`: the reply's hex is unit, fc, count, value."""
     out = subprocess.run(
-        [sys.executable, "-m", "verld.ctl", "--socket", bench.daemon.socket, "call",
-         "--hex", "010300000002"],
-        capture_output=True, text=True, timeout=20, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "verld.ctl",
+            "--socket",
+            bench.daemon.socket,
+            "call",
+            "--hex",
+            "010300000002",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert "01 03 04 00 64 00 65" in out.stdout
 
@@ -238,10 +249,21 @@ def test_verlctl_call_reads_a_register_by_hand(bench: Bench) -> None:
 def test_verlctl_call_exits_1_on_an_exception(bench: Bench) -> None:
     """An exception reply is a device error: exit 1, status 0x02 shown."""
     out = subprocess.run(
-        [sys.executable, "-m", "verld.ctl", "--socket", bench.daemon.socket, "call",
-         "--hex", "010300c80001"],
-        capture_output=True, text=True, timeout=20, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "verld.ctl",
+            "--socket",
+            bench.daemon.socket,
+            "call",
+            "--hex",
+            "010300c80001",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
     assert out.returncode == 1
     assert "status 0x02" in out.stdout
     assert "device_error: modbus exception 0x02 (illegal data address)" in out.stdout

@@ -76,8 +76,17 @@ class TestDefaults:
     def test_example_file_names_every_key(self) -> None:
         """Every key of the schema appears in configs/mqtt.yaml."""
         text = (CONFIGS / "mqtt.yaml").read_text()
-        keys = [*BrokerConfig.__dataclass_fields__, "base", "qos", "devices", "calls",
-                "status_interval", "homeassistant", "level", "format"]  # fmt: skip
+        keys = [
+            *BrokerConfig.__dataclass_fields__,
+            "base",
+            "qos",
+            "devices",
+            "calls",
+            "status_interval",
+            "homeassistant",
+            "level",
+            "format",
+        ]
         assert [k for k in keys if f"{k}:" not in text] == []
 
 
@@ -154,10 +163,16 @@ class TestTopLevel:
 
     @pytest.mark.parametrize(
         ("base", "words"),
-        [("verld/", "ends with '/'"), ("a/+/b", "wildcard"), ("a/#", "wildcard"),
-         ("/a", "empty topic level"), ("a//b", "empty topic level"), ("$SYS/x", "broker"),
-         ("''", "got ''")],
-    )  # fmt: skip
+        [
+            ("verld/", "ends with '/'"),
+            ("a/+/b", "wildcard"),
+            ("a/#", "wildcard"),
+            ("/a", "empty topic level"),
+            ("a//b", "empty topic level"),
+            ("$SYS/x", "broker"),
+            ("''", "got ''"),
+        ],
+    )
     def test_bad_base(self, base: str, words: str) -> None:
         """A base is a plain topic prefix: no trailing slash, wildcards or empty levels."""
         assert words in one_error(f"base: {base}")

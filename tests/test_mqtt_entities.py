@@ -36,43 +36,100 @@ FAST = 0.3  #: seconds between polls of the values the tests read
 SLOW = 30  #: the switch: a state seen quickly after a command comes from the re-poll
 
 
-def _sensor(device: str, name: str, poll: dict[str, str], value: dict[str, Any],
-            **more: Any) -> dict[str, Any]:  # fmt: skip
-    return {"device": device, "name": name, "kind": "sensor", "poll": poll, "every": FAST,
-            "value": value, **more}  # fmt: skip
+def _sensor(
+    device: str, name: str, poll: dict[str, str], value: dict[str, Any], **more: Any
+) -> dict[str, Any]:
+    return {
+        "device": device,
+        "name": name,
+        "kind": "sensor",
+        "poll": poll,
+        "every": FAST,
+        "value": value,
+        **more,
+    }
 
 
 REGISTERS = {"hex": "010300000005"}  #: holding registers 0..4 of unit 1
 ENTITIES = [
-    _sensor("probe", "temperature", {"text": "ECHO T=21.5C"},
-            {"pattern": "T=([-0-9.]+)", "type": "float"}, unit="°C",
-            device_class="temperature", state_class="measurement"),
-    _sensor("meter", "voltage", REGISTERS, {"register": 0, "type": "float32"}, unit="V",
-            device_class="voltage", state_class="measurement"),
-    _sensor("meter", "frequency", REGISTERS,
-            {"register": 2, "type": "float32", "word_order": "little"}, unit="Hz"),
-    _sensor("meter", "temp", REGISTERS, {"register": 4, "type": "int16", "scale": 0.1,
-                                         "round": 1}),
-    _sensor("plain", "counter", {"hex": "012a000000"},
-            {"offset": 0, "type": "uint32", "byte_order": "little"}),
+    _sensor(
+        "probe",
+        "temperature",
+        {"text": "ECHO T=21.5C"},
+        {"pattern": "T=([-0-9.]+)", "type": "float"},
+        unit="°C",
+        device_class="temperature",
+        state_class="measurement",
+    ),
+    _sensor(
+        "meter",
+        "voltage",
+        REGISTERS,
+        {"register": 0, "type": "float32"},
+        unit="V",
+        device_class="voltage",
+        state_class="measurement",
+    ),
+    _sensor(
+        "meter",
+        "frequency",
+        REGISTERS,
+        {"register": 2, "type": "float32", "word_order": "little"},
+        unit="Hz",
+    ),
+    _sensor("meter", "temp", REGISTERS, {"register": 4, "type": "int16", "scale": 0.1, "round": 1}),
+    _sensor(
+        "plain",
+        "counter",
+        {"hex": "012a000000"},
+        {"offset": 0, "type": "uint32", "byte_order": "little"},
+    ),
     _sensor("plain", "word", {"hex": "010102"}, {"offset": 0, "type": "int16"}),
     _sensor("flaky", "echo", {"hex": "010007"}, {"offset": 0, "type": "uint16"}),
     _sensor("probe", "misfit", {"hex": "010300000001"}, {"register": 0, "type": "uint16"}),
-    {"device": "meter", "name": "door", "kind": "binary_sensor", "poll": {"hex": "010100010001"},
-     "every": FAST, "value": {"bit": 0}, "device_class": "door"},
-    {"device": "meter", "name": "window", "kind": "binary_sensor", "every": FAST,
-     "poll": {"hex": "010200000001"}, "value": {"bit": 0}},
-    {"device": "meter", "name": "relay", "kind": "switch", "poll": {"hex": "0101000a0001"},
-     "every": SLOW, "value": {"bit": 0}, "turn_on": {"hex": "0105000aff00"},
-     "turn_off": {"hex": "0105000a0000"}},
-    {"device": "meter", "name": "reset", "kind": "button", "press": {"hex": "010600140000"},
-     "device_class": "restart"},
-    {"device": "panel", "name": "beep", "kind": "button",
-     "press": {"text": "ECHO beep", "reply": False}},
+    {
+        "device": "meter",
+        "name": "door",
+        "kind": "binary_sensor",
+        "poll": {"hex": "010100010001"},
+        "every": FAST,
+        "value": {"bit": 0},
+        "device_class": "door",
+    },
+    {
+        "device": "meter",
+        "name": "window",
+        "kind": "binary_sensor",
+        "every": FAST,
+        "poll": {"hex": "010200000001"},
+        "value": {"bit": 0},
+    },
+    {
+        "device": "meter",
+        "name": "relay",
+        "kind": "switch",
+        "poll": {"hex": "0101000a0001"},
+        "every": SLOW,
+        "value": {"bit": 0},
+        "turn_on": {"hex": "0105000aff00"},
+        "turn_off": {"hex": "0105000a0000"},
+    },
+    {
+        "device": "meter",
+        "name": "reset",
+        "kind": "button",
+        "press": {"hex": "010600140000"},
+        "device_class": "restart",
+    },
+    {
+        "device": "panel",
+        "name": "beep",
+        "kind": "button",
+        "press": {"text": "ECHO beep", "reply": False},
+    },
     {"device": "panel", "name": "arm", "kind": "button", "press": {"text": "SET ARM"}},
-    _sensor("panel", "quiet", {"text": "SET Q"}, {"pattern": "(.*)", "type": "str"},
-            every=SLOW),
-]  # fmt: skip
+    _sensor("panel", "quiet", {"text": "SET Q"}, {"pattern": "(.*)", "type": "str"}, every=SLOW),
+]
 
 
 class Rig:
@@ -91,8 +148,11 @@ class Rig:
 
     def _start(self, tmp: Path) -> None:
         early = Mqtt(self.broker)
-        for retained, payload in ((STALE, b'{"name": "Gone"}'), (OTHERS, b'{"name": "Gone"}'),
-                                  (topic("meter", "value/relay/set"), b"ON")):  # fmt: skip
+        for retained, payload in (
+            (STALE, b'{"name": "Gone"}'),
+            (OTHERS, b'{"name": "Gone"}'),
+            (topic("meter", "value/relay/set"), b"ON"),
+        ):
             early.client.publish(retained, payload, qos=1, retain=True).wait_for_publish(5)
         early.close()
         self.pairs["probe"] = Pair(tmp, "probe", codec="line")
@@ -108,8 +168,9 @@ class Rig:
         self.mqtt = Mqtt(self.broker)
         self.mqtt.subscribe("#")
         sockets = {name: pair.socket for name, pair in self.pairs.items()}
-        self.bridge = BridgeProc(tmp, self.broker, sockets, entities=ENTITIES,
-                                 homeassistant=True, status_interval=1)  # fmt: skip
+        self.bridge = BridgeProc(
+            tmp, self.broker, sockets, entities=ENTITIES, homeassistant=True, status_interval=1
+        )
 
     def call(self, device: str, data: bytes) -> Any:
         with Client(self.pairs[device].socket, timeout=5.0) as c:
@@ -220,13 +281,20 @@ def test_a_set_topic_runs_no_other_call_and_counts_what_it_ignored(rig: Rig) -> 
     """A call, OFF to a button and ON to a sensor on set topics: nothing runs; each is ignored."""
     assert rig.mqtt is not None
     wait_for(lambda: rig.counts("meter", "relay").get("ignored") == 1, 10, "the retained ON")
-    for name, payload in (("relay", b'{"hex": "0105000aff00"}'), ("reset", b"OFF"),
-                          ("voltage", b"ON")):  # fmt: skip
+    for name, payload in (
+        ("relay", b'{"hex": "0105000aff00"}'),
+        ("reset", b"OFF"),
+        ("voltage", b"ON"),
+    ):
         rig.mqtt.publish(topic("meter", f"value/{name}/set"), payload, qos=0)
     wait_for(
-        lambda: [rig.counts("meter", n).get("ignored") for n in ("relay", "reset", "voltage")]
-        == [2, 1, 1], 10, "three more ignored",
-    )  # fmt: skip
+        lambda: (
+            [rig.counts("meter", n).get("ignored") for n in ("relay", "reset", "voltage")]
+            == [2, 1, 1]
+        ),
+        10,
+        "three more ignored",
+    )
     assert rig.call("meter", bytes.fromhex("0101000a0001")).data[3] == 0  # (the relay: off)
 
 
@@ -238,8 +306,11 @@ def test_commands_with_no_answer_are_sent_once_and_not_awaited(rig: Rig) -> None
     before = {"sent": panel.sim.counters()["requests"], **panel.daemon.status()["link"]}
     for name in ("beep", "arm"):
         mqtt.publish(topic("panel", f"value/{name}/set"), b"PRESS", qos=0)
-    wait_for(lambda: panel.daemon.status()["link"]["unexpected"] == before["unexpected"] + 2,
-             5, "both answers dropped")  # fmt: skip
+    wait_for(
+        lambda: panel.daemon.status()["link"]["unexpected"] == before["unexpected"] + 2,
+        5,
+        "both answers dropped",
+    )
     reports = len(mqtt.on(f"{BASE}/bridge/entities"))
     wait_for(lambda: len(mqtt.on(f"{BASE}/bridge/entities")) > reports, 5, "a later report")
     assert panel.sim.counters()["requests"] == before["sent"] + 2  # (never retried)
@@ -290,8 +361,10 @@ def test_a_decoder_that_does_not_fit_the_codec_is_an_error_logged_once(rig: Rig)
 
 def _config(rig: Rig, component: str, device: str, name: str) -> dict[str, Any]:
     assert rig.mqtt is not None
-    found = rig.mqtt.wait(f"homeassistant/{component}/{NODE}_{device}/value_{name}/config",
-                          lambda m: "model" in (m.json or {}).get("device", {}))  # fmt: skip
+    found = rig.mqtt.wait(
+        f"homeassistant/{component}/{NODE}_{device}/value_{name}/config",
+        lambda m: "model" in (m.json or {}).get("device", {}),
+    )
     assert found[-1].retain
     return dict(found[-1].json)
 
@@ -303,9 +376,14 @@ def test_discovery_configs_carry_topics_classes_and_availability(rig: Rig) -> No
     assert config["state_topic"] == topic("meter", "value/voltage")
     assert config["value_template"] == "{{ value_json.value }}"
     assert (config["unit_of_measurement"], config["device_class"], config["state_class"]) == (
-        "V", "voltage", "measurement")  # fmt: skip
-    assert [a["topic"] for a in config["availability"]] == [f"{BASE}/bridge/state",
-                                                            topic("meter", "state")]  # fmt: skip
+        "V",
+        "voltage",
+        "measurement",
+    )
+    assert [a["topic"] for a in config["availability"]] == [
+        f"{BASE}/bridge/state",
+        topic("meter", "state"),
+    ]
     assert config["availability_mode"] == "all" and "command_topic" not in config
     assert config["device"]["identifiers"] == [f"{NODE}_meter"]
     assert config["device"]["model"] == "modbus-rtu"

@@ -41,17 +41,29 @@ def has(entities: str, words: str) -> bool:
 class TestValid:
     def test_a_full_sensor_is_read_as_written(self) -> None:
         """Every key of a Modbus sensor lands in its Entity and ValueSpec."""
-        more = ("    every: 2.5\n    value: {register: 0, type: float32, word_order: little, "
-                "scale: 2, shift: -1, round: 2}\n    unit: V\n    device_class: voltage\n"
-                "    state_class: measurement\n    icon: 'mdi:flash'\n")  # fmt: skip
+        more = (
+            "    every: 2.5\n    value: {register: 0, type: float32, word_order: little, "
+            "scale: 2, shift: -1, round: 2}\n    unit: V\n    device_class: voltage\n"
+            "    state_class: measurement\n    icon: 'mdi:flash'\n"
+        )
         cfg = parse_bridge_config(HEAD + BARE + more)
-        spec = ValueSpec(register=0, type="float32", word_order="little", scale=2.0,
-                         shift=-1.0, round=2)  # fmt: skip
+        spec = ValueSpec(
+            register=0, type="float32", word_order="little", scale=2.0, shift=-1.0, round=2
+        )
         assert cfg.entities == (
-            Entity("meter", "v", "sensor", Command(bytes.fromhex("010300000002")), 2.5, spec,
-                   unit="V", device_class="voltage", state_class="measurement",
-                   icon="mdi:flash"),
-        )  # fmt: skip
+            Entity(
+                "meter",
+                "v",
+                "sensor",
+                Command(bytes.fromhex("010300000002")),
+                2.5,
+                spec,
+                unit="V",
+                device_class="voltage",
+                state_class="measurement",
+                icon="mdi:flash",
+            ),
+        )
 
     def test_each_kind_with_what_it_needs(self) -> None:
         """A line sensor, a text binary_sensor, a coil switch and a button all pass."""
@@ -94,10 +106,18 @@ class TestValid:
     def test_the_example_file_passes_check_config(self) -> None:
         """configs/mqtt-entities.yaml passes verld-mqtt --check-config."""
         out = subprocess.run(
-            [sys.executable, "-m", "verld.mqtt", "--check-config",
-             str(CONFIGS / "mqtt-entities.yaml")],
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "verld.mqtt",
+                "--check-config",
+                str(CONFIGS / "mqtt-entities.yaml"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert out.returncode == 0, out.stderr
 
 
@@ -122,18 +142,26 @@ class TestEntityErrors:
             (METER + "    icon: flash\n", "an icon such as mdi:flash"),
             (BARE, "a sensor needs value"),
         ],
-    )  # fmt: skip
+    )
     def test_bad_entity_field(self, entity: str, words: str) -> None:
         """Each bad key of an entity is one error naming what was expected."""
         assert words in one(entity)
 
     @pytest.mark.parametrize(
         ("entity", "words"),
-        [("  - {name: v, kind: sensor}\n", "needs device"),
-         ("  - {device: meter, name: v}\n", "needs kind"),
-         (METER.replace("device: meter", "foo: 1"), "foo: unknown key; valid keys here: device, "),
-         ("  - {device: meter, kind: sensor, name: v, value: {bit: 0}}\n", "a sensor needs poll")],
-    )  # fmt: skip
+        [
+            ("  - {name: v, kind: sensor}\n", "needs device"),
+            ("  - {device: meter, name: v}\n", "needs kind"),
+            (
+                METER.replace("device: meter", "foo: 1"),
+                "foo: unknown key; valid keys here: device, ",
+            ),
+            (
+                "  - {device: meter, kind: sensor, name: v, value: {bit: 0}}\n",
+                "a sensor needs poll",
+            ),
+        ],
+    )
     def test_a_missing_key_is_named(self, entity: str, words: str) -> None:
         """device, name and kind are needed, and what the kind needs."""
         assert has(entity, words)
@@ -144,8 +172,10 @@ class TestEntityErrors:
 
     def test_on_and_off_are_told_to_be_turn_on_and_turn_off(self) -> None:
         """on:/off: (booleans to YAML) are told to be turn_on:/turn_off:."""
-        found = errors_of("  - {device: meter, name: r, kind: switch, poll: {hex: '010100000001'}"
-                          ", value: {bit: 0}, on: {hex: '01'}, off: {hex: '01'}}\n")  # fmt: skip
+        found = errors_of(
+            "  - {device: meter, name: r, kind: switch, poll: {hex: '010100000001'}"
+            ", value: {bit: 0}, on: {hex: '01'}, off: {hex: '01'}}\n"
+        )
         assert any("YAML reads on: as true; a switch's calls are turn_on:" in e for e in found)
         assert any("YAML reads off: as false" in e for e in found)
         assert "entities[0]: a switch needs turn_on" in found
@@ -154,19 +184,33 @@ class TestEntityErrors:
     @pytest.mark.parametrize(
         ("kind", "extra", "words"),
         [
-            ("button", "press: {hex: '01'}, poll: {hex: '01'}", "a button has no poll (a button "
-             "is pressed, not polled)"),
+            (
+                "button",
+                "press: {hex: '01'}, poll: {hex: '01'}",
+                "a button has no poll (a button is pressed, not polled)",
+            ),
             ("button", "press: {hex: '01'}, every: 3", "a button has no every"),
             ("button", "press: {hex: '01'}, value: {bit: 0}", "a button has no value"),
-            ("switch", "poll: {hex: '010100000001'}, value: {bit: 0}, turn_on: {hex: '01'}, "
-             "turn_off: {hex: '01'}, press: {hex: '01'}", "only a button has press"),
-            ("sensor", "poll: {hex: '010300000001'}, value: {register: 0, type: int16}, "
-             "turn_on: {hex: '01'}", "only a switch has turn_on and turn_off"),
-            ("binary_sensor", "poll: {hex: '010100000001'}, value: {bit: 0}, unit: V",
-             "unit and state_class are for sensors"),
+            (
+                "switch",
+                "poll: {hex: '010100000001'}, value: {bit: 0}, turn_on: {hex: '01'}, "
+                "turn_off: {hex: '01'}, press: {hex: '01'}",
+                "only a button has press",
+            ),
+            (
+                "sensor",
+                "poll: {hex: '010300000001'}, value: {register: 0, type: int16}, "
+                "turn_on: {hex: '01'}",
+                "only a switch has turn_on and turn_off",
+            ),
+            (
+                "binary_sensor",
+                "poll: {hex: '010100000001'}, value: {bit: 0}, unit: V",
+                "unit and state_class are for sensors",
+            ),
             ("sensor", "value: {register: 0, type: int16}", "a sensor needs poll"),
         ],
-    )  # fmt: skip
+    )
     def test_what_a_kind_takes_and_needs(self, kind: str, extra: str, words: str) -> None:
         """A key another kind has is an error saying whose it is; a missing one, what it needs."""
         assert words in one(f"  - {{device: meter, name: x, kind: {kind}, {extra}}}\n")
@@ -199,14 +243,18 @@ class TestCallErrors:
     )
     def test_bad_poll(self, call: str, words: str) -> None:
         """A call is one of hex, text or data with at least one byte; each mistake named."""
-        entity = (f"  - {{device: probe, name: t, kind: sensor, poll: {call}, "
-                  "value: {pattern: '(.*)', type: str}}\n")  # fmt: skip
+        entity = (
+            f"  - {{device: probe, name: t, kind: sensor, poll: {call}, "
+            "value: {pattern: '(.*)', type: str}}\n"
+        )
         assert words in one(entity)
 
     def test_a_poll_awaits_its_answer(self) -> None:
         """A poll with reply: false is an error: the value is in the answer."""
-        entity = ("  - {device: probe, name: t, kind: sensor, poll: {text: x, reply: false}, "
-                  "value: {pattern: '(.*)', type: str}}\n")  # fmt: skip
+        entity = (
+            "  - {device: probe, name: t, kind: sensor, poll: {text: x, reply: false}, "
+            "value: {pattern: '(.*)', type: str}}\n"
+        )
         assert one(entity) == (
             "entities[0].poll.reply: a poll reads the value in the answer: reply: false is for "
             "turn_on, turn_off and press"
@@ -236,11 +284,13 @@ class TestValueErrors:
             ("{bit: 2000}", "expected a bit index 0..1999"),
             ("[register, 0]", "expected a mapping of keys, got a list"),
         ],
-    )  # fmt: skip
+    )
     def test_bad_modbus_value(self, value: str, words: str) -> None:
         """Each bad key of a Modbus value block is named with what it takes."""
-        entity = (f"  - {{device: meter, name: v, kind: sensor, poll: {{hex: '010300000002'}}, "
-                  f"value: {value}}}\n")  # fmt: skip
+        entity = (
+            f"  - {{device: meter, name: v, kind: sensor, poll: {{hex: '010300000002'}}, "
+            f"value: {value}}}\n"
+        )
         assert words in one(entity)
 
     @pytest.mark.parametrize(
@@ -256,35 +306,61 @@ class TestValueErrors:
             ("{offset: 0, type: int, byte_order: big}", "offset takes type int16"),
             ("{offset: 70000, type: int16}", "expected a byte offset 0..65535"),
         ],
-    )  # fmt: skip
+    )
     def test_bad_text_or_offset_value(self, value: str, words: str) -> None:
         """A pattern takes one group and a text type; an offset a bytes type."""
-        assert words in one(f"  - {{device: probe, name: t, kind: sensor, poll: {{text: x}}, "
-                            f"value: {value}}}\n")  # fmt: skip
+        assert words in one(
+            f"  - {{device: probe, name: t, kind: sensor, poll: {{text: x}}, value: {value}}}\n"
+        )
 
     @pytest.mark.parametrize(
         ("kind", "value", "extra", "words"),
         [
-            ("sensor", "{pattern: '(.*)', type: float, on_value: 1}", "",
-             "only a binary_sensor or switch has on_value"),
-            ("binary_sensor", "{pattern: '(.*)', type: str}", "",
-             "a binary_sensor of type str needs value.on_value"),
-            ("binary_sensor", "{pattern: '(.*)', type: float, on_value: open}", "",
-             "'open' is text, and the value is a number"),
-            ("binary_sensor", "{pattern: '(.*)', type: str, on_value: 1}", "",
-             "1 is a number, and the value is text"),
-            ("binary_sensor", "{pattern: '(.*)', type: int, on_value: true}", "",
-             "write 1 or 0"),
-            ("sensor", "{pattern: '(.*)', type: str}", ", unit: V",
-             "needs a number, and this value is text"),
-            ("sensor", "{pattern: '(.*)', type: str}", ", state_class: measurement",
-             "needs a number, and this value is text"),
+            (
+                "sensor",
+                "{pattern: '(.*)', type: float, on_value: 1}",
+                "",
+                "only a binary_sensor or switch has on_value",
+            ),
+            (
+                "binary_sensor",
+                "{pattern: '(.*)', type: str}",
+                "",
+                "a binary_sensor of type str needs value.on_value",
+            ),
+            (
+                "binary_sensor",
+                "{pattern: '(.*)', type: float, on_value: open}",
+                "",
+                "'open' is text, and the value is a number",
+            ),
+            (
+                "binary_sensor",
+                "{pattern: '(.*)', type: str, on_value: 1}",
+                "",
+                "1 is a number, and the value is text",
+            ),
+            ("binary_sensor", "{pattern: '(.*)', type: int, on_value: true}", "", "write 1 or 0"),
+            (
+                "sensor",
+                "{pattern: '(.*)', type: str}",
+                ", unit: V",
+                "needs a number, and this value is text",
+            ),
+            (
+                "sensor",
+                "{pattern: '(.*)', type: str}",
+                ", state_class: measurement",
+                "needs a number, and this value is text",
+            ),
         ],
-    )  # fmt: skip
+    )
     def test_value_against_kind(self, kind: str, value: str, extra: str, words: str) -> None:
         """on_value only on the binary kinds, of the value's type; text has no unit."""
-        assert words in one(f"  - {{device: probe, name: t, kind: {kind}, poll: {{text: x}}, "
-                            f"value: {value}{extra}}}\n")  # fmt: skip
+        assert words in one(
+            f"  - {{device: probe, name: t, kind: {kind}, poll: {{text: x}}, "
+            f"value: {value}{extra}}}\n"
+        )
 
     @pytest.mark.parametrize(
         ("read", "words"),
@@ -299,14 +375,16 @@ class TestValueErrors:
             ("010300000008", "{bit: 0}"): "needs a poll that reads coils or inputs (fc 1 or 2)",
             ("010200000008", "{bit: 8}"): "value.bit 8 is not among the 8 the poll reads",
         }.items(),
-    )  # fmt: skip
+    )
     def test_a_modbus_poll_must_read_what_the_value_takes(
         self, read: tuple[str, str], words: str
     ) -> None:
         """A register or bit decoder needs a read of the right function code and quantity."""
         poll, value = read
-        assert words in one(f"  - {{device: meter, name: v, kind: sensor, poll: {{hex: '{poll}'}},"
-                            f" value: {value}}}\n")  # fmt: skip
+        assert words in one(
+            f"  - {{device: meter, name: v, kind: sensor, poll: {{hex: '{poll}'}},"
+            f" value: {value}}}\n"
+        )
 
 
 def test_every_error_at_once_with_its_line() -> None:

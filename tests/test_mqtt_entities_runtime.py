@@ -112,39 +112,55 @@ class TestDiscovery:
         c = self._config(SENSOR)
         assert config_topic("vm", SENSOR) == "homeassistant/sensor/verld_vm_m/value_volts/config"
         assert (c["name"], c["unique_id"]) == ("Volts", "verld_vm_m_value_volts")
-        assert (c["state_topic"], c["value_template"]) == ("verld/h/m/value/volts",
-                                                           "{{ value_json.value }}")  # fmt: skip
+        assert (c["state_topic"], c["value_template"]) == (
+            "verld/h/m/value/volts",
+            "{{ value_json.value }}",
+        )
         assert (c["unit_of_measurement"], c["device_class"], c["state_class"]) == (
-            "V", "voltage", "measurement")  # fmt: skip
+            "V",
+            "voltage",
+            "measurement",
+        )
         assert c["expire_after"] == 60 and c["availability_mode"] == "all"
-        assert [a["topic"] for a in c["availability"]] == ["verld/h/bridge/state",
-                                                           "verld/h/m/state"]  # fmt: skip
+        assert [a["topic"] for a in c["availability"]] == [
+            "verld/h/bridge/state",
+            "verld/h/m/state",
+        ]
         assert c["availability"][1]["value_template"] == (
-            "{{ 'online' if value_json.state == 'up' else 'offline' }}")  # fmt: skip
+            "{{ 'online' if value_json.state == 'up' else 'offline' }}"
+        )
         assert c["device"]["identifiers"] == ["verld_vm_m"] and c["device"]["model"] == "modbus-rtu"
 
     def test_a_switch_a_button_and_a_binary_sensor(self) -> None:
         """Command topics and payloads; a button has no state; expiry from every (600 s: no)."""
         switch, button, binary = map(self._config, (SWITCH, BUTTON, BINARY))
         assert (switch["command_topic"], switch["payload_on"], switch["payload_off"]) == (
-            "verld/h/m/value/relay/set", "ON", "OFF")  # fmt: skip
+            "verld/h/m/value/relay/set",
+            "ON",
+            "OFF",
+        )
         assert "expire_after" not in switch and "unit_of_measurement" not in switch
         assert button["payload_press"] == "PRESS" and "state_topic" not in button
         assert button["icon"] == "mdi:restart"
         assert (binary["name"], binary["payload_on"], binary["expire_after"]) == (
-            "Door open", "ON", 60)  # fmt: skip
+            "Door open",
+            "ON",
+            60,
+        )
 
     @pytest.mark.parametrize(
         ("topic", "payload", "stale"),
-        [("homeassistant/sensor/verld_vm_m/value_old/config", b"{}", True),
-         ("homeassistant/switch/verld_vm_m/value_volts/config", b"{}", True),
-         ("homeassistant/sensor/verld_vm_m/value_volts/config", b"{}", False),
-         ("homeassistant/sensor/verld_vm_m/value_old/config", b"", False),
-         ("homeassistant/sensor/verld_vm_m/link/config", b"{}", False),
-         ("homeassistant/sensor/verld_other_m/value_old/config", b"{}", False),
-         ("homeassistant/sensor/verld_vm_x/value_old/config", b"{}", False),
-         ("homeassistant/sensor/verld_vm_m/value_old/state", b"{}", False)],
-    )  # fmt: skip
+        [
+            ("homeassistant/sensor/verld_vm_m/value_old/config", b"{}", True),
+            ("homeassistant/switch/verld_vm_m/value_volts/config", b"{}", True),
+            ("homeassistant/sensor/verld_vm_m/value_volts/config", b"{}", False),
+            ("homeassistant/sensor/verld_vm_m/value_old/config", b"", False),
+            ("homeassistant/sensor/verld_vm_m/link/config", b"{}", False),
+            ("homeassistant/sensor/verld_other_m/value_old/config", b"{}", False),
+            ("homeassistant/sensor/verld_vm_x/value_old/config", b"{}", False),
+            ("homeassistant/sensor/verld_vm_m/value_old/state", b"{}", False),
+        ],
+    )
     def test_which_configs_read_back_are_forgotten(
         self, topic: str, payload: bytes, stale: bool
     ) -> None:
@@ -155,10 +171,15 @@ class TestDiscovery:
 
 @pytest.mark.parametrize(
     ("topic", "found"),
-    [("verld/h/m/value/x/set", ("m", "x")), ("verld/h/m/value/x", None),
-     ("verld/h/m/value/x/y/set", None), ("verld/h/m/other/x/set", None),
-     ("verld/h//value/x/set", None), ("verld/other/m/value/x/set", None)],
-)  # fmt: skip
+    [
+        ("verld/h/m/value/x/set", ("m", "x")),
+        ("verld/h/m/value/x", None),
+        ("verld/h/m/value/x/y/set", None),
+        ("verld/h/m/other/x/set", None),
+        ("verld/h//value/x/set", None),
+        ("verld/other/m/value/x/set", None),
+    ],
+)
 def test_set_topics_are_told_apart(topic: str, found: tuple[str, str] | None) -> None:
     """<base>/<device>/value/<name>/set gives (device, name); nothing else does."""
     assert T.entity_of_set(topic) == found
@@ -189,8 +210,7 @@ class StandIn:
         return self.reply
 
 
-def run(test: Callable[[Entities, StandIn, Outbox], Awaitable[None]],
-        *entities: Entity) -> None:  # fmt: skip
+def run(test: Callable[[Entities, StandIn, Outbox], Awaitable[None]], *entities: Entity) -> None:
     async def main() -> None:
         device, outbox = StandIn(), Outbox()
         outbox.connect()
@@ -208,8 +228,9 @@ async def turns(n: int = 5) -> None:
 
 
 def values(outbox: Outbox) -> list[Any]:
-    return [json.loads(item.payload)["value"] for item in iter(outbox.pop, None)
-            if item.kind == "value"]  # fmt: skip
+    return [
+        json.loads(item.payload)["value"] for item in iter(outbox.pop, None) if item.kind == "value"
+    ]
 
 
 def test_a_poll_still_running_is_not_doubled() -> None:
@@ -256,8 +277,9 @@ def test_a_switch_command_runs_its_call_then_polls_its_state() -> None:
         e.command("m", "relay", b"OFF", retained=False)
         device.gate.set()
         await turns(10)
-        assert device.calls == [bytes.fromhex(h) for h in ("010100000001", "010500000000",
-                                                             "010100000001")]  # fmt: skip
+        assert device.calls == [
+            bytes.fromhex(h) for h in ("010100000001", "010500000000", "010100000001")
+        ]
         assert e.polled[0].counts.polls == 2
 
     run(test, SWITCH)
@@ -296,8 +318,13 @@ def test_failures_are_counted_with_the_last_error_and_no_value() -> None:
         assert (live.counts.errors, live.counts.polls, values(outbox)) == (2, 2, [])
         assert live.counts.last_error == "a reply of 2 bytes is not a Modbus read reply"
         report = json.loads(e.report())["m"]["volts"]
-        assert report == {"polls": 2, "errors": 2, "ignored": 0,
-                          "last_error": live.counts.last_error, "last_ts": None}  # fmt: skip
+        assert report == {
+            "polls": 2,
+            "errors": 2,
+            "ignored": 0,
+            "last_error": live.counts.last_error,
+            "last_ts": None,
+        }
 
     run(test, SENSOR)
 

@@ -56,24 +56,44 @@ class TestTopics:
         """Every topic hangs off the base."""
         assert (T.bridge_state, T.call_filter) == ("verld/h1/bridge/state", "verld/h1/+/call")
         assert [T.state("d"), T.event("d"), T.status("d"), T.call("d"), T.response("d")] == [
-            "verld/h1/d/state", "verld/h1/d/event", "verld/h1/d/status", "verld/h1/d/call",
+            "verld/h1/d/state",
+            "verld/h1/d/event",
+            "verld/h1/d/status",
+            "verld/h1/d/call",
             "verld/h1/d/call/response",
-        ]  # fmt: skip
+        ]
 
     @pytest.mark.parametrize(
         ("topic", "device"),
-        [("verld/h1/psu/call", "psu"), ("verld/h1/call", None), ("verld/h2/psu/call", None),
-         ("verld/h1/a/b/call", None), ("verld/h1/psu/call/response", None)],
-    )  # fmt: skip
+        [
+            ("verld/h1/psu/call", "psu"),
+            ("verld/h1/call", None),
+            ("verld/h2/psu/call", None),
+            ("verld/h1/a/b/call", None),
+            ("verld/h1/psu/call/response", None),
+        ],
+    )
     def test_device_of_call(self, topic: str, device: str | None) -> None:
         """Only <base>/<one level>/call is a request topic."""
         assert T.device_of_call(topic) == device
 
     @pytest.mark.parametrize(
         "topic",
-        ["verld/h2/psu/call", "x/call", "call", "verld/h1/psu/call/response", "verld/h1",
-         "verld/h1/anything", "homeassistant/x", "homeassistant", "a/+/b", "a/#", "", "$SYS/x"],
-    )  # fmt: skip
+        [
+            "verld/h2/psu/call",
+            "x/call",
+            "call",
+            "verld/h1/psu/call/response",
+            "verld/h1",
+            "verld/h1/anything",
+            "homeassistant/x",
+            "homeassistant",
+            "a/+/b",
+            "a/#",
+            "",
+            "$SYS/x",
+        ],
+    )
     def test_refused_response_topics(self, topic: str) -> None:
         """Replies never go where they could be a request, or into our or HA's tree."""
         assert T.refusal(topic) is not None
@@ -102,13 +122,21 @@ class TestDeviceState:
     def test_never_known(self) -> None:
         """Before any contact: unreachable with every other field null."""
         assert obj(DeviceState().payload()) == {
-            "state": "unreachable", "generation": None, "port": None, "codec": None}  # fmt: skip
+            "state": "unreachable",
+            "generation": None,
+            "port": None,
+            "codec": None,
+        }
 
     def test_from_status(self) -> None:
         """A status reply's link block gives all four fields."""
         state = DeviceState().from_status(STATUS)
-        assert obj(state.payload()) == {"state": "up", "generation": 4, "port": "/dev/x",
-                                        "codec": "verl"}  # fmt: skip
+        assert obj(state.payload()) == {
+            "state": "up",
+            "generation": 4,
+            "port": "/dev/x",
+            "codec": "verl",
+        }
 
     def test_link_event_keeps_port_and_codec(self) -> None:
         """A link event changes state and generation only."""
@@ -117,13 +145,17 @@ class TestDeviceState:
             .from_status(STATUS)
             .from_link_event({"event": "link", "state": "down", "reason": "eof", "generation": 4})
         )
-        assert (state.state, state.generation, state.port) == ("down", 4, "/dev/x")  # fmt: skip
+        assert (state.state, state.generation, state.port) == ("down", 4, "/dev/x")
 
     def test_unreachable_keeps_last_known(self) -> None:
         """Unreachable keeps the last known generation, port and codec."""
         state = DeviceState().from_status(STATUS).unreachable()
-        assert obj(state.payload()) == {"state": "unreachable", "generation": 4,
-                                        "port": "/dev/x", "codec": "verl"}  # fmt: skip
+        assert obj(state.payload()) == {
+            "state": "unreachable",
+            "generation": 4,
+            "port": "/dev/x",
+            "codec": "verl",
+        }
 
     def test_status_payload_drops_id_and_ok(self) -> None:
         """The status topic is verld's reply without the request's id and ok."""
@@ -134,8 +166,11 @@ class TestEvents:
     def test_event_payload(self) -> None:
         """A device event becomes data, lowercase hex and generation."""
         ev = {"event": "device", "data": "ZXZ0AAAAAA==", "generation": 1}
-        assert obj(event_payload(ev) or b"") == {"data": "ZXZ0AAAAAA==", "hex": "65767400000000",
-                                                 "generation": 1}  # fmt: skip
+        assert obj(event_payload(ev) or b"") == {
+            "data": "ZXZ0AAAAAA==",
+            "hex": "65767400000000",
+            "generation": 1,
+        }
 
     def test_event_text_kept(self) -> None:
         """Line devices' text is carried along."""
@@ -207,20 +242,31 @@ class TestParseCall:
 
     @pytest.mark.parametrize(
         ("payload", "words"),
-        [(b"not json", "not valid JSON"), (b"[1]", "JSON object"), (b"\xff", "not valid JSON"),
-         (b'{"hex":"01","NaN":NaN}', "not valid JSON"), (b"{}", "needs one of"),
-         (b'{"hex":"01","text":"a"}', "give one of"), (b'{"hex":"0g"}', "'hex' is not hex"),
-         (b'{"data":"AQ"}', "'data' is not valid base64"), (b'{"data":"A Q=="}', "base64"),
-         (b'{"data":1}', "'data' must be"), (b'{"text":"\\ud800"}', "lone surrogate"),
-         (b'{"hex":"01","timeout":0}', "'timeout'"), (b'{"hex":"01","timeout":3601}', "'timeout'"),
-         (b'{"hex":"01","timeout":true}', "'timeout'"), (b'{"hex":"01","retry":101}', "'retry'"),
-         (b'{"hex":"01","retry":1.0}', "'retry'"), (b'{"hex":"01","wait":1}', "field 'wait'"),
-         (b'{"hex":"01","transacton":1}', "did you mean 'transaction'?"),
-         (b'{"hex":"01","reply":0}', "'reply' must be true or false"),
-         (b'{"hex":"01","reply":null}', "'reply' must be true or false"),
-         (b'{"hex":"01","reply":"false"}', "'reply' must be true or false"),
-         (b'{"hex":"01","replay":false}', "did you mean 'reply'?")],
-    )  # fmt: skip
+        [
+            (b"not json", "not valid JSON"),
+            (b"[1]", "JSON object"),
+            (b"\xff", "not valid JSON"),
+            (b'{"hex":"01","NaN":NaN}', "not valid JSON"),
+            (b"{}", "needs one of"),
+            (b'{"hex":"01","text":"a"}', "give one of"),
+            (b'{"hex":"0g"}', "'hex' is not hex"),
+            (b'{"data":"AQ"}', "'data' is not valid base64"),
+            (b'{"data":"A Q=="}', "base64"),
+            (b'{"data":1}', "'data' must be"),
+            (b'{"text":"\\ud800"}', "lone surrogate"),
+            (b'{"hex":"01","timeout":0}', "'timeout'"),
+            (b'{"hex":"01","timeout":3601}', "'timeout'"),
+            (b'{"hex":"01","timeout":true}', "'timeout'"),
+            (b'{"hex":"01","retry":101}', "'retry'"),
+            (b'{"hex":"01","retry":1.0}', "'retry'"),
+            (b'{"hex":"01","wait":1}', "field 'wait'"),
+            (b'{"hex":"01","transacton":1}', "did you mean 'transaction'?"),
+            (b'{"hex":"01","reply":0}', "'reply' must be true or false"),
+            (b'{"hex":"01","reply":null}', "'reply' must be true or false"),
+            (b'{"hex":"01","reply":"false"}', "'reply' must be true or false"),
+            (b'{"hex":"01","replay":false}', "did you mean 'reply'?"),
+        ],
+    )
     def test_bad_requests(self, payload: bytes, words: str) -> None:
         """Each malformed request gets a bad_request saying what is wrong."""
         assert words in bad(payload)
@@ -252,18 +298,24 @@ class TestParseCall:
     @settings(max_examples=400, deadline=None)
     @given(
         st.dictionaries(
-            st.sampled_from(["data", "hex", "text", "timeout", "retry", "reply", "transaction",
-                             "x"]),
+            st.sampled_from(
+                ["data", "hex", "text", "timeout", "retry", "reply", "transaction", "x"]
+            ),
             st.recursive(
-                st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                st.none()
+                | st.booleans()
+                | st.integers()
+                | st.floats(allow_nan=False)
                 | st.text(max_size=8),
-                lambda inner: st.lists(inner, max_size=3)
-                | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                lambda inner: (
+                    st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+                ),
                 max_leaves=8,
             ),
             max_size=4,
         )
-    )  # fmt: skip
+    )
     def test_any_json_object_gives_a_request_or_a_reply(self, body: dict[str, Any]) -> None:
         """Any JSON object: a request or a bad_request, transaction echoed when valid."""
         result = parse_call(json.dumps(body).encode())
@@ -288,14 +340,28 @@ class TestCallReply:
 
     def test_a_reply_not_awaited_says_so(self) -> None:
         """verld's reply to a reply: false call keeps its "reply": false."""
-        api = {"id": 3, "ok": True, "status": 0, "data": "", "ms": 100.2, "generation": 1,
-               "reply": False}  # fmt: skip
+        api = {
+            "id": 3,
+            "ok": True,
+            "status": 0,
+            "data": "",
+            "ms": 100.2,
+            "generation": 1,
+            "reply": False,
+        }
         assert call_reply(api, Echo("t"))["reply"] is False
 
     def test_device_error_keeps_status_and_data(self) -> None:
         """A device error carries status, data and its hex."""
-        api = {"id": 1, "ok": False, "status": 7, "data": "", "ms": 1.0, "generation": 1,
-               "error": {"code": "device_error", "message": "device status 0x07"}}  # fmt: skip
+        api = {
+            "id": 1,
+            "ok": False,
+            "status": 7,
+            "data": "",
+            "ms": 1.0,
+            "generation": 1,
+            "error": {"code": "device_error", "message": "device status 0x07"},
+        }
         reply = call_reply(api, None)
         assert (reply["status"], reply["hex"], reply["error"]["code"]) == (7, "", "device_error")
         assert "transaction" not in reply and "id" not in reply
@@ -321,8 +387,13 @@ class TestIntake:
 
     def test_refused_response_topic(self) -> None:
         """A refused Response Topic: forbidden on call/response, with correlation, transaction."""
-        a = intake().receive("psu", b'{"hex":"01","transaction":5}', 0.0,
-                             response_topic="verld/h2/x/call", correlation=b"c")  # fmt: skip
+        a = intake().receive(
+            "psu",
+            b'{"hex":"01","transaction":5}',
+            0.0,
+            response_topic="verld/h2/x/call",
+            correlation=b"c",
+        )
         assert isinstance(a, Answer) and a.routes == (Route("verld/h1/psu/call/response", b"c"),)
         assert (obj(a.reply)["error"]["code"], obj(a.reply)["transaction"]) == ("forbidden", 5)
 
@@ -357,12 +428,14 @@ class TestIntake:
     def test_redelivery_after_answer_gets_the_stored_reply(self) -> None:
         """The same Correlation Data within 60 s: the first reply again, not run again."""
         i = intake()
-        run = i.receive("psu", b'{"hex":"01","transaction":1}', 0.0, response_topic="o/r",
-                        correlation=b"c")  # fmt: skip
+        run = i.receive(
+            "psu", b'{"hex":"01","transaction":1}', 0.0, response_topic="o/r", correlation=b"c"
+        )
         assert isinstance(run, Run)
         first = i.finish(run, OK, 1.0)
-        again = i.receive("psu", b'{"hex":"01","transaction":1}', 30.0, response_topic="o/r",
-                          correlation=b"c")  # fmt: skip
+        again = i.receive(
+            "psu", b'{"hex":"01","transaction":1}', 30.0, response_topic="o/r", correlation=b"c"
+        )
         assert isinstance(again, Answer) and again.reply == first.reply
         assert again.routes == (Route("o/r", b"c"),) and i.counters.duplicates == 1
 
@@ -406,8 +479,9 @@ class TestIntake:
         i = intake()
         run = i.receive("psu", b'{"hex":"01"}', 0.0, response_topic="a/r", correlation=b"c")
         assert isinstance(run, Run)
-        assert isinstance(i.receive("psu", b'{"hex":"01"}', 0.1, response_topic="a/r",
-                                    correlation=b"c"), Joined)  # fmt: skip
+        assert isinstance(
+            i.receive("psu", b'{"hex":"01"}', 0.1, response_topic="a/r", correlation=b"c"), Joined
+        )
         assert i.finish(run, OK, 0.2).routes == (Route("a/r", b"c"),) * 2
 
     def test_correlation_is_per_device(self) -> None:
@@ -497,7 +571,10 @@ class TestOutbox:
         box.connect()
         box.reply("r", b"3", b"c")
         assert [(i.kind, i.correlation) for i in iter(box.pop, None)] == [
-            ("reply", b"c"), ("retained", None), ("event", None)]  # fmt: skip
+            ("reply", b"c"),
+            ("retained", None),
+            ("event", None),
+        ]
 
     def test_home_assistant_resend(self) -> None:
         """resend(prefix) marks only the topics under it due again."""

@@ -139,13 +139,19 @@ def test_the_bridge_learns_a_share_smaller_than_its_calls_in_flight(
     sim = SimProc(tmp_path)
     daemon = bridge = client = None
     try:
-        config = write_config(tmp_path, sim.link, {"api": {"client_queue": 2},
-                                                   "log": {"level": "INFO"}})  # fmt: skip
+        config = write_config(
+            tmp_path, sim.link, {"api": {"client_queue": 2}, "log": {"level": "INFO"}}
+        )
         daemon = DaemonProc(config)
         broker = pool.need_broker()
         base = "nbshare"
-        bridge = BridgeProc(tmp_path, broker, {"dev": daemon.socket}, base=base,
-                            broker={"client_id": "nb-share-bridge"})  # fmt: skip
+        bridge = BridgeProc(
+            tmp_path,
+            broker,
+            {"dev": daemon.socket},
+            base=base,
+            broker={"client_id": "nb-share-bridge"},
+        )
         client = Mqtt(broker)
         client.subscribe(f"{base}/dev/state")
         client.wait(f"{base}/dev/state", lambda m: bool(m.json) and m.json.get("state") == "up")

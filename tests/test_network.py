@@ -56,8 +56,9 @@ def network(d: DaemonProc, name: str) -> dict[str, Any]:
 
 
 def rfc2217(port: int, **kw: Any) -> serial.Serial:
-    return serial.serial_for_url(f"rfc2217://127.0.0.1:{port}", **{"baudrate": 115200,
-                                 "timeout": 3, **kw})  # fmt: skip
+    return serial.serial_for_url(
+        f"rfc2217://127.0.0.1:{port}", **{"baudrate": 115200, "timeout": 3, **kw}
+    )
 
 
 def recv_until(sock: socket.socket, end: bytes, timeout: float = 3.0) -> bytes:
@@ -79,8 +80,9 @@ class Rig:
         nets = [{"listen": f"127.0.0.1:{p}", **e} for p, e in zip(self.ports, entries, strict=True)]
         self.sim = SimProc(tmp, codec=codec)
         try:
-            cfg = write_config(tmp, self.sim.link, {"device": {"codec": codec}, "network": nets,
-                                                    **more})  # fmt: skip
+            cfg = write_config(
+                tmp, self.sim.link, {"device": {"codec": codec}, "network": nets, **more}
+            )
             self.d = DaemonProc(cfg)
         except BaseException:
             self.sim.stop()
@@ -93,13 +95,17 @@ class Rig:
 
 @pytest.fixture
 def line(tmp_path: Path) -> Iterator[Rig]:
-    rig = Rig(tmp_path, "line", [
-        {"name": "raw"},
-        {"name": "tn", "protocol": "telnet"},
-        {"name": "com", "protocol": "rfc2217"},
-        {"name": "ro", "write": False},
-        {"name": "flash", "protocol": "rfc2217", "mode": "passthrough", "allow": ALLOW},
-    ])  # fmt: skip
+    rig = Rig(
+        tmp_path,
+        "line",
+        [
+            {"name": "raw"},
+            {"name": "tn", "protocol": "telnet"},
+            {"name": "com", "protocol": "rfc2217"},
+            {"name": "ro", "write": False},
+            {"name": "flash", "protocol": "rfc2217", "mode": "passthrough", "allow": ALLOW},
+        ],
+    )
     yield rig
     rig.stop()
 
@@ -235,20 +241,23 @@ def test_passthrough_client_sets_baud_rate_on_the_real_port(line: Rig) -> None:
 
 def test_passthrough_holder_makes_api_calls_busy(line: Rig) -> None:
     """While a passthrough connection holds the port, an API call fails busy naming it."""
-    with serial.serial_for_url(f"rfc2217://127.0.0.1:{line.ports[4]}?ign_set_control",
-                               baudrate=115200, timeout=3):  # fmt: skip
+    with serial.serial_for_url(
+        f"rfc2217://127.0.0.1:{line.ports[4]}?ign_set_control", baudrate=115200, timeout=3
+    ):
         line.d.wait_state("inhibited")
         ctl = [sys.executable, "-m", "verld.ctl", "--socket", line.d.socket]
-        out = subprocess.run([*ctl, "call", "--text", "PING"], check=False,
-                             capture_output=True, text=True)  # fmt: skip
+        out = subprocess.run(
+            [*ctl, "call", "--text", "PING"], check=False, capture_output=True, text=True
+        )
         assert out.returncode != 0
         assert "inhibited by network flash 127.0.0.1:" in out.stdout + out.stderr
 
 
 def test_second_passthrough_connection_is_refused_busy(line: Rig) -> None:
     """A second connection to a held passthrough port is closed at once, counted busy."""
-    with serial.serial_for_url(f"rfc2217://127.0.0.1:{line.ports[4]}?ign_set_control",
-                               baudrate=115200, timeout=3):  # fmt: skip
+    with serial.serial_for_url(
+        f"rfc2217://127.0.0.1:{line.ports[4]}?ign_set_control", baudrate=115200, timeout=3
+    ):
         line.d.wait_state("inhibited")
         with socket.create_connection(("127.0.0.1", line.ports[4])) as s:
             s.settimeout(3)
@@ -391,9 +400,11 @@ class Activated:
         net = [{"listen": "127.0.0.1:1", "name": "dev"}]
         cfg = write_config(tmp, self.sim.link, {"device": {"codec": "line"}, "network": net})
         verld = [sys.executable, "-m", "verld", "--config", str(cfg)]
-        self.proc = subprocess.Popen(["systemd-socket-activate", "-l", f"{host}:{self.port}",
-                                      f"--fdname={fdname}", *verld],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            ["systemd-socket-activate", "-l", f"{host}:{self.port}", f"--fdname={fdname}", *verld],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         time.sleep(0.2)
 
     def stop(self) -> None:
@@ -521,8 +532,9 @@ def test_a_listener_in_a_private_network_namespace_is_warned_about(tmp_path: Pat
         net = [{"listen": f"127.0.0.1:{free_port()}"}]
         cfg = write_config(tmp_path, sim.link, {"device": {"codec": "line"}, "network": net})
         verld = [sys.executable, "-m", "verld", "--config", str(cfg)]
-        proc = subprocess.Popen(["unshare", "-n", *verld],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            ["unshare", "-n", *verld], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         try:
             out = b""
             assert proc.stdout is not None

@@ -42,9 +42,15 @@ def test_shared_answers_the_configured_baud_rate_to_any_other() -> None:
 
 @pytest.mark.parametrize(
     ("code", "value", "answer"),
-    [(Cmd.SET_DATASIZE, 0, 8), (Cmd.SET_PARITY, 0, 1), (Cmd.SET_STOPSIZE, 0, 1),
-     (Cmd.SET_DATASIZE, 7, 8), (Cmd.SET_PARITY, 3, 1), (Cmd.SET_STOPSIZE, 2, 1)],
-)  # fmt: skip
+    [
+        (Cmd.SET_DATASIZE, 0, 8),
+        (Cmd.SET_PARITY, 0, 1),
+        (Cmd.SET_STOPSIZE, 0, 1),
+        (Cmd.SET_DATASIZE, 7, 8),
+        (Cmd.SET_PARITY, 3, 1),
+        (Cmd.SET_STOPSIZE, 2, 1),
+    ],
+)
 def test_shared_answers_the_configured_line_settings(code: int, value: int, answer: int) -> None:
     """Shared: a query (0) or another value is answered with the configured 8N1."""
     assert shared().handle(code, bytes((value,))) == [(SERVER + code, bytes((answer,)))]
@@ -52,9 +58,15 @@ def test_shared_answers_the_configured_line_settings(code: int, value: int, answ
 
 @pytest.mark.parametrize(
     ("asked", "answer"),
-    [("dtr_on", "dtr_on"), ("dtr_off", "dtr_on"), ("rts_off", "rts_on"),
-     ("break_on", "break_off"), ("dtr_request", "dtr_on"), ("flow_hardware", "flow_none")],
-)  # fmt: skip
+    [
+        ("dtr_on", "dtr_on"),
+        ("dtr_off", "dtr_on"),
+        ("rts_off", "rts_on"),
+        ("break_on", "break_off"),
+        ("dtr_request", "dtr_on"),
+        ("flow_hardware", "flow_none"),
+    ],
+)
 def test_shared_reports_dtr_rts_on_break_off_flow_as_configured(asked: str, answer: str) -> None:
     """Shared: DTR and RTS are ON, BREAK OFF, flow control as device.rtscts, whatever is asked."""
     out = shared().handle(Cmd.SET_CONTROL, bytes((CONTROL[asked],)))
@@ -176,8 +188,9 @@ def test_passthrough_setting_the_pty_refuses_is_answered_in_force_logged_once_no
     assert not attrs[2] & termios.PARENB and attrs[2] & termios.CSIZE == termios.CS8
     refused = [e for e in logs if e["event"] == "network_setting_refused"]
     assert [(e["log_level"], e["setting"], e["value"]) for e in refused] == [
-        ("warning", "parity", "even"), ("warning", "bytesize", 7)
-    ]  # fmt: skip
+        ("warning", "parity", "even"),
+        ("warning", "bytesize", 7),
+    ]
     assert all(e["error"] == "[Errno 22] Invalid argument" for e in refused)
 
 

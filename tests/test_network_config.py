@@ -66,8 +66,10 @@ def test_passthrough_on_loopback_needs_allow_or_ca() -> None:
 
 def test_tls_ca_stands_in_for_allow() -> None:
     """A passthrough entry with tls.ca and no allow is accepted."""
-    text = net("  - listen: 0.0.0.0:4000\n    mode: passthrough\n"
-               "    tls: {cert: c.pem, key: k.pem, ca: ca.pem}\n")  # fmt: skip
+    text = net(
+        "  - listen: 0.0.0.0:4000\n    mode: passthrough\n"
+        "    tls: {cert: c.pem, key: k.pem, ca: ca.pem}\n"
+    )
     assert parse_config(text).network[0].tls is not None
 
 
@@ -85,10 +87,18 @@ def test_cidr_with_host_bits_suggests_the_network() -> None:
 
 def test_every_bad_field_is_reported_at_once() -> None:
     """Bad protocol, mode, name and tls in one file: every one is reported with its line."""
-    msg = errors(net("  - listen: 127.0.0.1:4000\n    protocol: rfc2218\n    mode: shard\n"
-                     "    name: 'a b'\n    tls: {cert: c.pem}\n"))  # fmt: skip
-    for line, what in ((4, "did you mean 'rfc2217'"), (5, "did you mean 'shared'"),
-                       (6, "net-NAME"), (7, "TLS needs cert and key")):  # fmt: skip
+    msg = errors(
+        net(
+            "  - listen: 127.0.0.1:4000\n    protocol: rfc2218\n    mode: shard\n"
+            "    name: 'a b'\n    tls: {cert: c.pem}\n"
+        )
+    )
+    for line, what in (
+        (4, "did you mean 'rfc2217'"),
+        (5, "did you mean 'shared'"),
+        (6, "net-NAME"),
+        (7, "TLS needs cert and key"),
+    ):
         assert f":{line}: network[0]." in msg and what in msg
 
 
@@ -99,10 +109,18 @@ def test_a_mapping_instead_of_a_list_is_explained() -> None:
 
 @pytest.mark.parametrize(
     ("host", "is_loop"),
-    [("127.0.0.1", True), ("127.9.9.9", True), ("::1", True), ("localhost", True),
-     ("0.0.0.0", False), ("::", False), ("192.168.1.2", False), ("example.org", False),
-     ("::ffff:127.0.0.1", True)],
-)  # fmt: skip
+    [
+        ("127.0.0.1", True),
+        ("127.9.9.9", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.2", False),
+        ("example.org", False),
+        ("::ffff:127.0.0.1", True),
+    ],
+)
 def test_loopback(host: str, is_loop: bool) -> None:
     """Loopback is 127/8, ::1, localhost and IPv4-mapped loopback; nothing else."""
     assert loopback(host) is is_loop
@@ -120,8 +138,12 @@ def test_check_config_exits_2_on_an_open_entry(tmp_path: Path) -> None:
     """verld --check-config exits 2 for an entry open beyond loopback without allow."""
     path = tmp_path / "v.yaml"
     path.write_text(net("  - listen: 0.0.0.0:4000\n"))
-    out = subprocess.run([sys.executable, "-m", "verld", "--check-config", str(path)],
-                         check=False, capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "verld", "--check-config", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2
     assert "network[0]" in out.stderr
 
@@ -146,7 +168,11 @@ def test_check_config_exits_2_on_an_allow_that_cannot_match(tmp_path: Path, cidr
     """verld --check-config exits 2 for a scoped or IPv4-mapped allow entry, naming it."""
     path = tmp_path / "v.yaml"
     path.write_text(net(f'  - {{listen: 127.0.0.1:4000, allow: ["{cidr}"]}}\n'))
-    out = subprocess.run([sys.executable, "-m", "verld", "--check-config", str(path)],
-                         check=False, capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "verld", "--check-config", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2
     assert "network[0].allow[0]" in out.stderr and cidr in out.stderr

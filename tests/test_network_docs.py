@@ -67,8 +67,13 @@ def test_the_guides_network_snippets_pass_check_config(tmp_path: Path) -> None:
     for i, snippet in enumerate(_network_snippets(), 1):
         path = tmp_path / f"snippet{i}.yaml"
         path.write_text(snippet)
-        done = subprocess.run([sys.executable, "-m", "verld", "--check-config", str(path)],
-                              capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "verld", "--check-config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
         assert done.returncode == 0, f"docs/network.md, yaml block {i}:\n{snippet}\n{done.stderr}"
 
 
@@ -81,9 +86,14 @@ def test_the_refused_config_is_refused_with_the_quoted_messages(tmp_path: Path) 
     quoted = re.findall(r"^open\.yaml:\d+: .+$", block, re.M)
     assert len(quoted) >= 2, block
     (tmp_path / "open.yaml").write_text(config)
-    done = subprocess.run([sys.executable, "-m", "verld", "--check-config", "open.yaml"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=20,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "verld", "--check-config", "open.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     for line in quoted:
         assert line in done.stderr.splitlines(), f"{line!r} not in:\n{done.stderr}"

@@ -69,9 +69,12 @@ class Hostile(NetRig):
         tls = {"name": "tls", "max_connections": 6, "tls": {"cert": str(cert), "key": str(key)}}
         # device.timeout 5 s: a reply the sim queues behind megabytes of its own events
         # (the event tests) still counts as an answer on a loaded machine
-        overrides = {"device": {"timeout": 5.0}, "heartbeat": {"timeout": 2.0},
-                     "api": {"client_queue": CLIENT_QUEUE, "max_backlog": MAX_BACKLOG},
-                     "log": {"level": "INFO", "format": "json"}}  # fmt: skip
+        overrides = {
+            "device": {"timeout": 5.0},
+            "heartbeat": {"timeout": 2.0},
+            "api": {"client_queue": CLIENT_QUEUE, "max_backlog": MAX_BACKLOG},
+            "log": {"level": "INFO", "format": "json"},
+        }
         super().__init__(tmp, [*ENTRIES, tls], overrides=overrides)
         try:
             with self.program("good") as prog:  # warm up the call path
@@ -159,8 +162,11 @@ def good(hostile: Hostile) -> Iterator[Good]:
     assert not g.errors, g.errors
     hostile.check_alive()
     d = hostile.daemon
-    wait_for(lambda: d.fd_count() <= hostile.fds, 15, lambda: f"fds back to {hostile.fds} "
-             f"(now {d.fd_count()})")  # fmt: skip
+    wait_for(
+        lambda: d.fd_count() <= hostile.fds,
+        15,
+        lambda: f"fds back to {hostile.fds} (now {d.fd_count()})",
+    )
     rows = hostile.status()["network"]
     assert all(r["connections"] == 0 for r in rows), rows
 
@@ -282,8 +288,9 @@ def test_an_endless_subnegotiation_is_bounded(hostile: Hostile, good: Good) -> N
     """1 MiB in an open subnegotiation: memory flat, pyserial beside it served, then 1 `ignored`."""
     # (Checked once verld has read the megabyte.)
     row0 = hostile.entry("com")
-    ser = serial.serial_for_url(f"rfc2217://127.0.0.1:{hostile.port('com')}", baudrate=115200,
-                                timeout=2)  # fmt: skip
+    ser = serial.serial_for_url(
+        f"rfc2217://127.0.0.1:{hostile.port('com')}", baudrate=115200, timeout=2
+    )
     try:
         with hostile.program("com", telnet=True) as endless:
             endless.send_raw(bytes((IAC, SB, 44)))
@@ -421,8 +428,13 @@ def test_a_flood_of_valid_requests_holds_nobody_up(hostile: Hostile) -> None:
             while total < 4 << 20:
                 flooder.send_raw(frames)
                 total += len(frames)
-            wait_entry(hostile, "raw", lambda r: r["bytes_in"] >= row0["bytes_in"] + total, 30,
-                       "verld read the whole flood")  # fmt: skip
+            wait_entry(
+                hostile,
+                "raw",
+                lambda r: r["bytes_in"] >= row0["bytes_in"] + total,
+                30,
+                "verld read the whole flood",
+            )
         time.sleep(0.2)
     finally:
         stop.set()
@@ -430,8 +442,10 @@ def test_a_flood_of_valid_requests_holds_nobody_up(hostile: Hostile) -> None:
         hostile.daemon.wait_state("up", timeout=20)
     timeouts = hostile.status()["counters"]["timeouts"] - timeouts0
     api_waits, call_waits = api_waits or [0.0], call_waits or [0.0]
-    report = (f"API status waited up to {max(api_waits):.2f} s, another program's calls up to "
-              f"{max(call_waits):.2f} s, lost {lost}, {timeouts} call timeouts")  # fmt: skip
+    report = (
+        f"API status waited up to {max(api_waits):.2f} s, another program's calls up to "
+        f"{max(call_waits):.2f} s, lost {lost}, {timeouts} call timeouts"
+    )
     assert max(api_waits) < 1.0 and max(call_waits) < 1.0, report
     assert lost == [] and timeouts == 0, report
 
@@ -512,8 +526,11 @@ def test_a_connection_that_never_reads_while_events_pour(hostile: Hostile, good:
             reading.start()
             wait_entry(hostile, "raw", lambda r: r["connections"] == 2)
             sim_events(hostile, count, size)
-            wait_for(lambda: hostile.status()["counters"]["events"] >= events0 + count, 20,
-                     "verld took every event")  # fmt: skip
+            wait_for(
+                lambda: hostile.status()["counters"]["events"] >= events0 + count,
+                20,
+                "verld took every event",
+            )
             reading.join(20)
             assert reader.answers.events == count, "a reading connection lost events"
             good.wait_calls()
@@ -635,8 +652,12 @@ def test_unfinished_tls_handshakes_take_a_slot_and_end_after_10_s(
             ) as plain:
                 plain.sendall(b"GET / HTTP/1.0\r\n\r\n")
                 assert closed_within(plain, 5)
-        wait_entry(hostile, "tls", lambda r: r["refused"].get("tls", 0) == 2 + row0["refused"].get(
-            "tls", 0), what="the two plain clients refused")  # fmt: skip
+        wait_entry(
+            hostile,
+            "tls",
+            lambda r: r["refused"].get("tls", 0) == 2 + row0["refused"].get("tls", 0),
+            what="the two plain clients refused",
+        )
         for i in range(2):  # the 2 slots the stuck handshakes left
             served.append(tls_client(hostile))
             assert tls_call(served[-1], i + 1, b"tls") == b"\x00tls"
@@ -732,8 +753,11 @@ def test_a_flood_of_unfinished_handshakes_is_bounded(tmp_path: Path) -> None:
     # back at their level and every refusal is in the log's counts.
     cert, key = throwaway_cert(tmp_path)  # (self-signed: its own CA, the client's too)
     tls = {"cert": str(cert), "key": str(key), "ca": str(cert)}
-    rig = NetRig(tmp_path, [{"name": "ca", "max_connections": SLOTS, "tls": tls}],
-                 overrides={"log": {"level": "INFO", "format": "json"}})  # fmt: skip
+    rig = NetRig(
+        tmp_path,
+        [{"name": "ca", "max_connections": SLOTS, "tls": tls}],
+        overrides={"log": {"level": "INFO", "format": "json"}},
+    )
     flood: Flood | None = None
     try:
         d, port = rig.daemon, rig.port("ca")
@@ -767,16 +791,20 @@ def test_a_flood_of_unfinished_handshakes_is_bounded(tmp_path: Path) -> None:
         flood.stop()
         assert flood.made > 300, f"only {flood.made} connects made ({flood.failed} failed)"
         assert peak <= fds0 + SLOTS + 3, f"{peak} fds during the flood (base {fds0})"
-        wait_for(lambda: d.fd_count() <= fds0, 15, lambda: f"fds back to {fds0} (now "
-                 f"{d.fd_count()})")  # fmt: skip
+        wait_for(
+            lambda: d.fd_count() <= fds0, 15, lambda: f"fds back to {fds0} (now {d.fd_count()})"
+        )
         grown = rss_kib(d.pid) - rss0
         assert grown < 4 * 1024, f"RSS grew by {grown} KiB"
         row = wait_entry(rig, "ca", lambda r: r["connections"] == 0)
         assert row["refused"].get("limit", 0) > 200, row
         # each reason at most a line a second (the last one a second after the flood), and
         # the lines' counts add up to every refusal
-        wait_for(lambda: _counted(refusal_lines(rig, "ca")) == rig.entry("ca")["refused"], 5,
-                 lambda: f"log counts {_counted(refusal_lines(rig, 'ca'))}")  # fmt: skip
+        wait_for(
+            lambda: _counted(refusal_lines(rig, "ca")) == rig.entry("ca")["refused"],
+            5,
+            lambda: f"log counts {_counted(refusal_lines(rig, 'ca'))}",
+        )
         lines = refusal_lines(rig, "ca")
         for why in row["refused"]:
             n = sum(1 for line in lines if line["why"] == why)
@@ -853,8 +881,11 @@ def test_a_thousand_idle_connections_against_max_connections_8(
                 t0 = time.monotonic()
                 link = api.status()["link"]
                 slowest = max(slowest, time.monotonic() - t0)
-                wait_for(lambda: taken(hostile.entry("few")) >= len(socks), 10,
-                         "verld to take the connections")  # fmt: skip
+                wait_for(
+                    lambda: taken(hostile.entry("few")) >= len(socks),
+                    10,
+                    "verld to take the connections",
+                )
                 assert link["state"] == "up"
             row = hostile.entry("few")
             assert (row["connections"], row["refused"].get("limit", 0) - limit0) == (8, 992), row

@@ -74,8 +74,13 @@ class Rig(NetRig):
 
     def __init__(self, tmp: Path, codec: str, *, timeout: float = TIMEOUT) -> None:
         v = VARIANTS[codec]
-        device: dict[str, Any] = {"codec": codec, "timeout": timeout, "retry": 0, "guard": GUARD,
-                                  "max_payload": MAX_PAYLOAD}  # fmt: skip
+        device: dict[str, Any] = {
+            "codec": codec,
+            "timeout": timeout,
+            "retry": 0,
+            "guard": GUARD,
+            "max_payload": MAX_PAYLOAD,
+        }
         if codec == "line":
             device["line"] = {"event": "^EVENT "}
         entries = [{"name": f"e{i}", "max_connections": 8} for i in range(ENTRIES)]
@@ -86,8 +91,14 @@ class Rig(NetRig):
             "api": {"client_queue": CLIENT_QUEUE, "max_backlog": 65536},
             "log": {"level": "INFO", "format": "json"},
         }
-        super().__init__(tmp, entries, codec=codec, overrides=overrides,
-                         sim_args=("--seed", "1", *v.sim_args()), tcp=v.tcp)  # fmt: skip
+        super().__init__(
+            tmp,
+            entries,
+            codec=codec,
+            overrides=overrides,
+            sim_args=("--seed", "1", *v.sim_args()),
+            tcp=v.tcp,
+        )
         self.free = [f"e{i}" for i in range(ENTRIES)]
 
     def take(self, n: int = 1) -> list[str]:
@@ -355,7 +366,9 @@ def test_two_connections_get_only_their_own_replies_beside_a_misbehaving_one(
         assert g.ok >= 3 + 2, report  # (3 in the warm-up)
     assert nb.sent > 0, report
     assert (after["link"]["state"], after["link"]["generation"]) == (
-        "up", before["link"]["generation"]), report  # fmt: skip
+        "up",
+        before["link"]["generation"],
+    ), report
     assert after["counters"]["reconnects"] == before["counters"]["reconnects"], report
     row = rig.entry(nb_entry, after)
     if behaviour == "flood":  # (beyond its share: busy, unanswered)
@@ -410,7 +423,8 @@ def test_a_leaving_connections_calls_reach_nobody_else(rig: Rig, how: str) -> No
             assert after["counters"]["stale"] >= before["counters"]["stale"] + 3, after["counters"]
     elif how == "shut_wr":
         assert [a is not None and e.own(a, rig.codec) for a, e in zip(own, calls, strict=True)] == [
-            True] * 3, own  # fmt: skip
+            True
+        ] * 3, own
         assert (row["ok"], row["dropped"]) == (row0["ok"] + 3 + 4, row0["dropped"]), row
 
 
@@ -421,8 +435,11 @@ def test_an_entrys_connections_together_hold_one_client_queue(rig: Rig) -> None:
     entry, other_entry = rig.take(2)
     row0 = rig.entry(entry, rig.settle())
     per_conn = 4
-    with latency(rig, 60), programs(*(rig.program(entry) for _ in range(3))) as conns, \
-            programs(rig.program(other_entry)) as (other,):  # fmt: skip
+    with (
+        latency(rig, 60),
+        programs(*(rig.program(entry) for _ in range(3))) as conns,
+        programs(rig.program(other_entry)) as (other,),
+    ):
         makers = [Maker(rig.codec, f"Q{i}", 30 + i) for i in range(3)]
         sent = [[m.next() for _ in range(per_conn)] for m in makers]
         for prog, calls in zip(conns, sent, strict=True):
@@ -430,8 +447,12 @@ def test_an_entrys_connections_together_hold_one_client_queue(rig: Rig) -> None:
         beside = Good(other, Maker(rig.codec, "O", 40))
         assert beside.one(CALL_DEADLINE * 2), beside.describe()
         ended = row0["ok"] + sum(row0["failed"].values()) + 3 * per_conn
-        wait_entry(rig, entry, lambda r: r["ok"] + sum(r["failed"].values()) >= ended,
-                   what="every call ended")  # fmt: skip
+        wait_entry(
+            rig,
+            entry,
+            lambda r: r["ok"] + sum(r["failed"].values()) >= ended,
+            what="every call ended",
+        )
         got = [prog.quiet(0.05) for prog in conns]
         row = rig.entry(entry)
         report = f"answers {got}; {row}"
@@ -460,8 +481,10 @@ def test_a_passthrough_holder_as_a_neighbour(rig: Rig) -> None:
     before = rig.settle()
     gen0 = before["link"]["generation"]
     row0 = rig.entry(entry, before)
-    with Client(rig.daemon.socket, timeout=10) as api, \
-            programs(rig.program(entry), rig.program(entry)) as (pa, pb):  # fmt: skip
+    with (
+        Client(rig.daemon.socket, timeout=10) as api,
+        programs(rig.program(entry), rig.program(entry)) as (pa, pb),
+    ):
         goods = [Good(pa, Maker(rig.codec, "A", 10)), Good(pb, Maker(rig.codec, "B", 11))]
         warm_up(goods, calls=1)
         holder = rig.program("pt")
@@ -490,8 +513,12 @@ def test_a_passthrough_holder_as_a_neighbour(rig: Rig) -> None:
             )
             held_call = goods[0].maker.next()
             pa.request(held_call.payload, held_call.tag)
-            row = wait_entry(rig, entry, lambda r: r["failed"].get("busy", 0) >= 1,
-                             what="the held call failed busy")  # fmt: skip
+            row = wait_entry(
+                rig,
+                entry,
+                lambda r: r["failed"].get("busy", 0) >= 1,
+                what="the held call failed busy",
+            )
             assert row["failed"] == {"busy": 1}, row
             assert pa.next_answer(0.3) is None, "a call made while the port was held was answered"
             with programs(rig.program("pt")) as (second,):  # a second holder: closed at once
@@ -539,6 +566,7 @@ def test_what_a_passthrough_client_writes_at_once_waits_for_the_port(tmp_path: P
         rig.daemon.wait_state("up", timeout=10, min_generation=gen0 + 1)
         assert [(r.status, r.data) for r in in_flight] == [(0, b"first")]  # (finished, not failed)
         assert answer is not None and expect.own(answer, rig.codec), (
-            f"no answer to the request written at once: {rig.entry('pt')}")  # fmt: skip
+            f"no answer to the request written at once: {rig.entry('pt')}"
+        )
     finally:
         rig.stop()

@@ -46,12 +46,20 @@ class Held:
     def __init__(self, tmp: Path, *, tcp: bool = False, **entry: Any) -> None:
         self.port = free_port()
         self.sim = SimProc(tmp, codec="line", tcp=tcp)
-        net = [{"listen": f"127.0.0.1:{self.port}", "name": "hold", "mode": "passthrough",
-                "allow": ["127.0.0.0/8"], **entry}]  # fmt: skip
+        net = [
+            {
+                "listen": f"127.0.0.1:{self.port}",
+                "name": "hold",
+                "mode": "passthrough",
+                "allow": ["127.0.0.0/8"],
+                **entry,
+            }
+        ]
         link = self.sim.address if tcp else self.sim.link
         try:
-            self.d = DaemonProc(write_config(tmp, link, {"device": {"codec": "line"},
-                                                          "network": net}))  # fmt: skip
+            self.d = DaemonProc(
+                write_config(tmp, link, {"device": {"codec": "line"}, "network": net})
+            )
         except BaseException:
             self.sim.stop()
             raise
@@ -200,7 +208,11 @@ def test_a_setting_the_port_refuses_keeps_the_connection_and_is_not_reapplied(
             assert log.count("network_setting_refused") == 1
             line = json.loads(next(ln for ln in log.splitlines() if "setting_refused" in ln))
             assert (line["level"], line["name"], line["setting"], line["value"]) == (
-                "warning", "hold", "parity", "even")  # fmt: skip
+                "warning",
+                "hold",
+                "parity",
+                "even",
+            )
             assert line["error"] == "[Errno 22] Invalid argument"
         rig.d.wait_state("up")
         assert _cflag_and_speed(rig.sim.link)[1] == termios.B115200

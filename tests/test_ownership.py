@@ -60,8 +60,9 @@ class Holder:
     def __init__(self, path: Path, bare: bool = False) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", HOLDER, str(path), "bare" if bare else "verld"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if line != b"held\n":
@@ -268,8 +269,13 @@ def _config(tmp: Path, sim: SimProc, links: list[Path], **sections: Any) -> Path
 
 
 def _run_verld(config: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "verld", "--config", str(config)],
-                          capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "verld", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
 
 
 def _refusal(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -336,8 +342,14 @@ def test_a_second_start_of_the_same_config_exits_1_and_harms_nothing(
     first = DaemonProc(config)
     try:
         before = _files(tmp_path)
-        assert set(before) == {"ttyA", "ttyB", "ttyA.lock", "ttyB.lock", "verld.sock",
-                               "verld.sock.lock"}  # fmt: skip
+        assert set(before) == {
+            "ttyA",
+            "ttyB",
+            "ttyA.lock",
+            "ttyB.lock",
+            "verld.sock",
+            "verld.sock.lock",
+        }
         error = _refusal(_run_verld(config))
         assert error["event"] == "cannot_serve"
         assert f"pid {first.pid} (" in error["error"] and "already serving" in error["error"]
@@ -430,9 +442,13 @@ def _race(configs: list[Path], link: Path, out: Path) -> None:
     try:
         for i, config in enumerate(configs):
             with open(out / f"race{i}.out", "wb") as log:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "verld", "--config", str(config)],
-                    stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "verld", "--config", str(config)],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
         wait_for(lambda: any(p.poll() is not None for p in procs), 20.0, "one to give up")
         loser = next(i for i, p in enumerate(procs) if p.poll() is not None)
         winner = procs[1 - loser]
@@ -474,13 +490,22 @@ def test_a_taken_modbus_listen_stops_the_start_before_any_link_exists(tmp_path: 
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         listen = f"127.0.0.1:{taken.getsockname()[1]}"
-        config = write_config(tmp_path, sim.link, {
-            "device": {"codec": "modbus-rtu"}, "heartbeat": {"interval": 0},
-            "ports": [{"link": str(tmp_path / "ttyM")}], "modbus": {"listen": listen}})  # fmt: skip
+        config = write_config(
+            tmp_path,
+            sim.link,
+            {
+                "device": {"codec": "modbus-rtu"},
+                "heartbeat": {"interval": 0},
+                "ports": [{"link": str(tmp_path / "ttyM")}],
+                "modbus": {"listen": listen},
+            },
+        )
         proc = subprocess.Popen(
             [sys.executable, "-m", "verld", "--config", str(config)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         seen: set[str] = set()
         while proc.poll() is None:  # (watch: the link must never appear, not even briefly)
             seen |= set(_files(tmp_path))

@@ -90,8 +90,9 @@ def as_nobody(script: str, *args: str) -> list[str]:
 
 def nobody_opens(path: str) -> str:
     """What uid 65534's open(2) of `path` gives: "ok", or the errno's name ("EBUSY")."""
-    r = subprocess.run(as_nobody(_OPEN, path), capture_output=True, text=True, timeout=30,
-                       cwd="/", check=True)  # fmt: skip
+    r = subprocess.run(
+        as_nobody(_OPEN, path), capture_output=True, text=True, timeout=30, cwd="/", check=True
+    )
     return r.stdout.strip()
 
 
@@ -177,9 +178,12 @@ def nobody_verld(
     config.chmod(0o644)
     sock = str(where / "verld.sock")
     with open(where / "verld.log", "wb") as log:
-        proc = subprocess.Popen([*AS_NOBODY, *nobody_python(), "-m", "verld", "--config",
-                                 str(config)], stdout=log, stderr=subprocess.STDOUT,
-                                cwd="/")  # fmt: skip
+        proc = subprocess.Popen(
+            [*AS_NOBODY, *nobody_python(), "-m", "verld", "--config", str(config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+        )
     try:
         wait_for(lambda: link(proc, sock, where).get("state") == "up", 30, "the link up")
         assert os.stat(f"/proc/{proc.pid}").st_uid == NOBODY
@@ -250,8 +254,14 @@ def test_a_non_root_verld_takes_its_port_back_after_a_passthrough(
     """A passthrough holds the port exclusively; at its end a uid 65534 verld reopens it."""
     sim = SimProc(tmp_path, codec="line")
     port = free_port()
-    net = [{"listen": f"127.0.0.1:{port}", "name": "hold", "mode": "passthrough",
-            "allow": ["127.0.0.0/8"]}]  # fmt: skip
+    net = [
+        {
+            "listen": f"127.0.0.1:{port}",
+            "name": "hold",
+            "mode": "passthrough",
+            "allow": ["127.0.0.0/8"],
+        }
+    ]
     path, overrides = os.path.realpath(sim.link), {"device": {"codec": "line"}, "network": net}
     try:
         with nobody_verld(sim, nobody_dir, overrides) as (proc, sock):
@@ -276,15 +286,22 @@ def test_open_serial_refused_by_tiocexcl_names_the_holder() -> None:
     master, slave = pty.openpty()
     path = os.ttyname(slave)
     os.chmod(path, 0o666)
-    holder = subprocess.Popen(as_nobody(_HOLD, path), stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, cwd="/")  # fmt: skip
+    holder = subprocess.Popen(
+        as_nobody(_HOLD, path), stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd="/"
+    )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline() == b"held\n"
         with open(f"/proc/{holder.pid}/comm") as f:
             comm = f.read().strip()
-        r = subprocess.run(as_nobody(_OPEN_SERIAL, path), capture_output=True, text=True,
-                           timeout=30, cwd="/", check=True)  # fmt: skip
+        r = subprocess.run(
+            as_nobody(_OPEN_SERIAL, path),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd="/",
+            check=True,
+        )
         # (this root test process has the tty open too, but /proc hides it from uid 65534)
         assert (
             r.stdout.strip()

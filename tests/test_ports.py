@@ -50,8 +50,12 @@ class Rig:
         if codec == "line":
             device["line"] = {"event": "^EVENT"}
         overrides = overrides or {}
-        cfg = {"heartbeat": {"interval": 0}, "ports": ports, **overrides,
-               "device": {**device, **overrides.get("device", {})}}  # fmt: skip
+        cfg = {
+            "heartbeat": {"interval": 0},
+            "ports": ports,
+            **overrides,
+            "device": {**device, **overrides.get("device", {})},
+        }
         try:
             self.daemon = DaemonProc(write_config(tmp, self.sim.link, cfg))
         except BaseException:
@@ -67,8 +71,9 @@ class Rig:
     ) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
             [sys.executable, PROGRAM, self.link(name), codec, str(count), tag, *args],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.procs.append(proc)
         return proc
 
@@ -128,12 +133,16 @@ def _read_for(fd: int, seconds: float, want: int | None = None) -> bytes:
 
 @pytest.fixture
 def line_rig(tmp_path: Path) -> Iterator[Rig]:
-    rig = Rig(tmp_path, "line", [
-        {"link": str(tmp_path / "ttyA")},
-        {"link": str(tmp_path / "ttyB")},
-        {"link": str(tmp_path / "ttyRO"), "write": False},
-        {"link": str(tmp_path / "ttyQuiet"), "events": False},
-    ])  # fmt: skip
+    rig = Rig(
+        tmp_path,
+        "line",
+        [
+            {"link": str(tmp_path / "ttyA")},
+            {"link": str(tmp_path / "ttyB")},
+            {"link": str(tmp_path / "ttyRO"), "write": False},
+            {"link": str(tmp_path / "ttyQuiet"), "events": False},
+        ],
+    )
     yield rig
     rig.stop()
 
@@ -260,8 +269,12 @@ def test_a_program_that_turns_on_echo_and_canonical_mode_is_still_answered_once(
 def test_a_call_that_fails_gets_no_answer_and_is_counted_by_error(tmp_path: Path) -> None:
     """A request the device does not answer in time gets nothing and is counted failed: timeout."""
     # Like a silent device: its late reply is stale; the next request is answered.
-    rig = Rig(tmp_path, "verl", [{"link": str(tmp_path / "ttyA")}],
-              {"device": {"timeout": 0.3, "retry": 0}})  # fmt: skip
+    rig = Rig(
+        tmp_path,
+        "verl",
+        [{"link": str(tmp_path / "ttyA")}],
+        {"device": {"timeout": 0.3, "retry": 0}},
+    )
     try:
         decoder = FrameDecoder(4096, frozenset({REPLY, EVENT}))
         with serial.Serial(rig.link("ttyA"), timeout=1.2) as port:
@@ -285,9 +298,12 @@ def test_a_program_that_never_reads_stalls_no_one_and_stays_bounded(tmp_path: Pa
     # 256 KiB of requests written to a port whose program never reads, and 256 KiB of events on
     # top: another port's program and an API client are still answered, the excess is dropped and
     # counted, and verld's memory does not follow.
-    rig = Rig(tmp_path, "length", [{"link": str(tmp_path / "ttyA")},
-                                   {"link": str(tmp_path / "ttyB")}],
-              {"api": {"max_backlog": 65536}})  # fmt: skip
+    rig = Rig(
+        tmp_path,
+        "length",
+        [{"link": str(tmp_path / "ttyA")}, {"link": str(tmp_path / "ttyB")}],
+        {"api": {"max_backlog": 65536}},
+    )
     fd = _open_raw(rig.link("ttyA"))
     try:
         rig.wait_open("ttyA")
@@ -342,7 +358,8 @@ def test_garbage_on_one_verl_port_is_counted_and_harms_no_other(tmp_path: Path) 
                 port.write(os.urandom(64) + b"\x00" + bytes(broken))
             port.write(good)
             replies = FrameDecoder(4096, frozenset({REPLY})).feed(
-                port.read_until(b"\x00") + port.read_until(b"\x00"))  # fmt: skip
+                port.read_until(b"\x00") + port.read_until(b"\x00")
+            )
         assert _result(other)["ok"] == 100
         assert (7, b"\x00ok") in [(f.seq, f.payload) for f in replies]
         assert rig.port_status("ttyA")["bad_frames"] >= 20
@@ -374,8 +391,11 @@ def test_metrics_and_verlctl_status_show_the_ports(line_rig: Rig) -> None:
     assert f'verld_port_calls_total{{link="{line_rig.link("ttyA")}"}} 1' in text
     out = subprocess.run(
         [sys.executable, "-m", "verld.ctl", "--socket", line_rig.daemon.socket, "status"],
-        capture_output=True, text=True, timeout=10, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    ).stdout
     rows = [line for line in out.splitlines() if line.startswith("vport ")]
     assert len(rows) == 4
     assert "calls 1  ok 1" in rows[0] and "read-only" in rows[2]

@@ -39,13 +39,19 @@ pytestmark = pytest.mark.timeout(60)
 
 def _config(tmp: Path, sim: SimProc, codec: str, ports: list[dict[str, Any]]) -> Path:
     device: dict[str, Any] = {"codec": codec}
-    return write_config(tmp, sim.link, {"device": device, "heartbeat": {"interval": 0},
-                                        "ports": ports})  # fmt: skip
+    return write_config(
+        tmp, sim.link, {"device": device, "heartbeat": {"interval": 0}, "ports": ports}
+    )
 
 
 def _run_verld(config: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "verld", "--config", str(config)],
-                          capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "verld", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
 
 
 def _hung_up(fd: int) -> bool:
@@ -213,8 +219,11 @@ def test_reload_keeps_unchanged_ports_adds_new_ones_and_hangs_up_removed_ones(
         with serial.Serial(a, timeout=2) as port_a:
             pts_a = os.readlink(a)
             rig.reload(ports=[{"link": a, "write": True}, {"link": c}])
-            wait_for(lambda: [p["link"] for p in rig.daemon.status()["ports"]] == [a, c], 5.0,
-                     "the reloaded ports")  # fmt: skip
+            wait_for(
+                lambda: [p["link"] for p in rig.daemon.status()["ports"]] == [a, c],
+                5.0,
+                "the reloaded ports",
+            )
             assert os.readlink(a) == pts_a  # the same pty
             port_a.write(b"PING\n")
             assert port_a.readline() == b"PONG\n"
@@ -278,9 +287,17 @@ def test_a_modbus_rtu_master_reads_registers_through_a_port(tmp_path: Path) -> N
 
     sim = SimProc(tmp_path, "--units", "1", codec="modbus-rtu")
     link = str(tmp_path / "ttyM")
-    daemon = DaemonProc(write_config(tmp_path, sim.link, {
-        "device": {"codec": "modbus-rtu", "timeout": 0.3, "retry": 0},
-        "heartbeat": {"interval": 0}, "ports": [{"link": link}]}))  # fmt: skip
+    daemon = DaemonProc(
+        write_config(
+            tmp_path,
+            sim.link,
+            {
+                "device": {"codec": "modbus-rtu", "timeout": 0.3, "retry": 0},
+                "heartbeat": {"interval": 0},
+                "ports": [{"link": link}],
+            },
+        )
+    )
     client = ModbusSerialClient(link, baudrate=19200, timeout=1, retries=0)
     try:
         assert client.connect()
@@ -300,9 +317,17 @@ def test_a_modbus_tcp_port_answers_with_the_programs_transaction_id(tmp_path: Pa
     """MBAP requests written to a modbus-tcp port get responses with their own transaction ids."""
     sim = SimProc(tmp_path, "--units", "1", codec="modbus-tcp", tcp=True)
     link = str(tmp_path / "ttyT")
-    daemon = DaemonProc(write_config(tmp_path, sim.address, {
-        "device": {"codec": "modbus-tcp"}, "heartbeat": {"interval": 0},
-        "ports": [{"link": link}]}))  # fmt: skip
+    daemon = DaemonProc(
+        write_config(
+            tmp_path,
+            sim.address,
+            {
+                "device": {"codec": "modbus-tcp"},
+                "heartbeat": {"interval": 0},
+                "ports": [{"link": link}],
+            },
+        )
+    )
     try:
         with serial.Serial(link, timeout=2) as port:
             port.write(mbap_frame(0x1234, bytes.fromhex("0103000a0002")))

@@ -157,8 +157,9 @@ class Picocom:
         cmd = [_need("picocom"), *PICOCOM_OPTS, link]
         self.master, slave = os.openpty()
         try:
-            self.proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave,
-                                         start_new_session=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+            )
         finally:
             os.close(slave)
         self.screen = b""  #: all picocom wrote to its terminal so far
@@ -224,8 +225,17 @@ class Gpsd:
     def __init__(self, bench: Bench, name: str, *options: str) -> None:
         self.port = _free_tcp_port()
         self.log = bench.tmp / "gpsd.log"
-        cmd = [_need("gpsd"), "-N", "-n", *options, "-S", str(self.port),
-               "-F", str(bench.tmp / "gpsd.sock"), bench.link(name)]  # fmt: skip
+        cmd = [
+            _need("gpsd"),
+            "-N",
+            "-n",
+            *options,
+            "-S",
+            str(self.port),
+            "-F",
+            str(bench.tmp / "gpsd.sock"),
+            bench.link(name),
+        ]
         with open(self.log, "wb") as log:
             self.proc = bench.popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
@@ -269,8 +279,7 @@ def test_gpsd_gets_a_3d_fix_through_a_read_only_port_while_api_calls_go_on(bench
     assert tpv["device"] == rig.link("ttyGPS")
     assert rig.daemon.client().call(b"PING").text == "PONG"
     st = rig.port_status("ttyGPS")
-    assert (st["open"], st["calls"], st["ok"], st["failed"], st["write"]) == (
-        True, 0, 0, {}, False)  # fmt: skip
+    assert (st["open"], st["calls"], st["ok"], st["failed"], st["write"]) == (True, 0, 0, {}, False)
     assert gpsd.proc.poll() is None
 
 
@@ -317,8 +326,11 @@ def test_socat_on_a_port_reads_the_devices_identity(bench: Make) -> None:
     """`socat - FILE:LINK,raw,echo=0` fed `*IDN?` from a pipe prints the identity line."""
     path = _need("socat")
     rig = bench({"ttyV0": {}})
-    socat = rig.popen([path, "-", f"FILE:{rig.link('ttyV0')},raw,echo=0"],
-                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    socat = rig.popen(
+        [path, "-", f"FILE:{rig.link('ttyV0')},raw,echo=0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert socat.stdin is not None and socat.stdout is not None
     rig.wait_open("ttyV0")
     socat.stdin.write(b"*IDN?\n")
@@ -350,8 +362,10 @@ def test_picocom_and_a_pyserial_script_on_two_ports_each_see_only_their_own(
     _need("picocom")
     rig = bench({"ttyA": {}, "ttyB": {}})
     term = rig.picocom("ttyA")
-    script = rig.popen([sys.executable, "-c", ECHO_SCRIPT, rig.link("ttyB"), "from-script", "50"],
-                       stdout=subprocess.PIPE)  # fmt: skip
+    script = rig.popen(
+        [sys.executable, "-c", ECHO_SCRIPT, rig.link("ttyB"), "from-script", "50"],
+        stdout=subprocess.PIPE,
+    )
     rig.wait_open("ttyB")
     for i in range(5):
         term.type(f"ECHO from-picocom-{i}\r".encode())
@@ -384,6 +398,11 @@ def test_the_guides_config_snippets_pass_check_config(tmp_path: Path) -> None:
     for i, snippet in enumerate(snippets, 1):
         path = tmp_path / f"snippet{i}.yaml"
         path.write_text(snippet)
-        done = subprocess.run([sys.executable, "-m", "verld", "--check-config", str(path)],
-                              capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "verld", "--check-config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
         assert done.returncode == 0, f"docs/ports.md, yaml block {i}:\n{snippet}\n{done.stderr}"

@@ -286,8 +286,12 @@ class TestHang:
         self, tmp_path: Path, sim: SimProc
     ) -> None:
         """With window 1, a call queued behind an unanswered heartbeat ping goes out after it."""
-        d = start(tmp_path, sim.link, device={"window": 1},
-                  heartbeat={"interval": 0.3, "timeout": 1.0, "misses": 3})  # fmt: skip
+        d = start(
+            tmp_path,
+            sim.link,
+            device={"window": 1},
+            heartbeat={"interval": 0.3, "timeout": 1.0, "misses": 3},
+        )
         try:
             c = Client(d.socket, timeout=5.0).connect()
             assert c.call(b"\x01warm").data == b"warm"

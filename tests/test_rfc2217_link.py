@@ -138,8 +138,14 @@ def test_open_sends_every_setting_and_purge_then_dtr_and_rts(
     link, _ = opened(server)
     link.close()
     codes = [code for code, _ in server.asked]
-    assert codes[:6] == [Cmd.SET_BAUDRATE, Cmd.SET_DATASIZE, Cmd.SET_PARITY,
-                         Cmd.SET_STOPSIZE, Cmd.SET_CONTROL, Cmd.PURGE_DATA]  # fmt: skip
+    assert codes[:6] == [
+        Cmd.SET_BAUDRATE,
+        Cmd.SET_DATASIZE,
+        Cmd.SET_PARITY,
+        Cmd.SET_STOPSIZE,
+        Cmd.SET_CONTROL,
+        Cmd.PURGE_DATA,
+    ]
     assert server.asked[0][1] == (115200).to_bytes(4, "big")
     assert server.asked[5][1] == b"\x03"
 

@@ -195,12 +195,20 @@ def test_inhibit_hands_over_the_url_to_a_pyserial_client(verl: Rig) -> None:
 def test_passthrough_forwards_line_settings_to_the_server(tmp_path: Path) -> None:
     """A passthrough client's 9600 baud goes on to ser2net as RFC 2217 and reaches the pty."""
     port = free_port()
-    net = [{"listen": f"127.0.0.1:{port}", "name": "pt", "protocol": "rfc2217",
-            "mode": "passthrough", "allow": ["127.0.0.1/32"]}]  # fmt: skip
+    net = [
+        {
+            "listen": f"127.0.0.1:{port}",
+            "name": "pt",
+            "protocol": "rfc2217",
+            "mode": "passthrough",
+            "allow": ["127.0.0.1/32"],
+        }
+    ]
     rig = Rig(tmp_path, "line", network=net)
     try:
-        with serial.serial_for_url(f"rfc2217://127.0.0.1:{port}?ign_set_control",
-                                   baudrate=9600, timeout=3) as client:  # fmt: skip
+        with serial.serial_for_url(
+            f"rfc2217://127.0.0.1:{port}?ign_set_control", baudrate=9600, timeout=3
+        ) as client:
             assert termios_of(rig.sim.link)[4] == termios.B9600
             client.write(b"PING\n")
             assert client.readline() == b"PONG\n"

@@ -40,8 +40,12 @@ def test_the_settings_reach_pyserial() -> None:
     """rs485's four settings reach pyserial's rs485_mode as given."""
     master, slave = pty.openpty()
     try:
-        rs = Rs485Config(rts_level_for_tx=False, rts_level_for_rx=True,
-                         delay_before_tx=0.002, delay_before_rx=0.001)  # fmt: skip
+        rs = Rs485Config(
+            rts_level_for_tx=False,
+            rts_level_for_rx=True,
+            delay_before_tx=0.002,
+            delay_before_rx=0.001,
+        )
         ser = open_serial(DeviceConfig(rs485=rs), os.ttyname(slave), make=Recording)
         ser.close()
     finally:

@@ -521,8 +521,20 @@ class TestSocketPermissions:
         strace = need("strace")
         config = world.config(mode="0640", group="nogroup")
         sock, trace = world.pubdir / "verld.sock", world.pubdir / "verld.strace"
-        argv = [strace, "-f", "-qq", "-e", "trace=%file", "-o", str(trace),
-                sys.executable, "-m", "verld", "--config", str(config)]  # fmt: skip
+        argv = [
+            strace,
+            "-f",
+            "-qq",
+            "-e",
+            "trace=%file",
+            "-o",
+            str(trace),
+            sys.executable,
+            "-m",
+            "verld",
+            "--config",
+            str(config),
+        ]
         with open(world.pubdir / "verld.log", "wb") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -585,8 +597,13 @@ class TestSocketPermissions:
         sock_dir = open_dir / below
         sock_dir.mkdir(mode=0o755, exist_ok=True)
         config = world.config(socket=str(sock_dir / "verld.sock"))
-        r = subprocess.run([sys.executable, "-m", "verld", "--config", str(config)],
-                           capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "verld", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         out = r.stdout + r.stderr
         assert r.returncode == 1, out
         assert "Traceback" not in out
@@ -645,8 +662,12 @@ class TestDaemonUid:
         config.chmod(0o644)
         sock = str(pubdir / "verld.sock")
         with open(pubdir / "verld.log", "wb") as log:
-            proc = subprocess.Popen([*AS_NOBODY, *python, "-m", "verld", "--config", str(config)],
-                                    stdout=log, stderr=subprocess.STDOUT, cwd="/")  # fmt: skip
+            proc = subprocess.Popen(
+                [*AS_NOBODY, *python, "-m", "verld", "--config", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd="/",
+            )
         peer: Peer | None = None
         try:
             wait_for(lambda: _answers(sock, proc), 45, "verld as uid 65534 to listen")
@@ -676,8 +697,12 @@ class TestSimImportPath:
         config = write_config(tmp_path, "sim")
         sock = str(tmp_path / "verld.sock")
         with open(tmp_path / "verld.log", "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-P", "-m", "verld", "--config", str(config)],
-                                    cwd=work, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", "verld", "--config", str(config)],
+                cwd=work,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
             wait_for(lambda: _answers(sock, proc), 30, "verld to listen")
             with Client(sock, timeout=10) as c:
@@ -1145,10 +1170,42 @@ class TestHostileClients:
 
 #: values of every JSON type, for any field (no `lease` / `reconnect` ops: they would
 #: legitimately stop the concurrent good client's calls)
-_POOL: tuple[Any, ...] = (None, True, False, 0, -1, 1, 2, 1.5, 1e308, 10**20, "", "x", "AQ==",
-                          "events", "link", [], ["logs"], {}, {"a": [1]}, "é\u0000")  # fmt: skip
-_OPS = ("hello", "status", "subscribe", "unsubscribe", "logs", "metrics", "call", "release",
-        "reload", "nope", 7, None)  # fmt: skip
+_POOL: tuple[Any, ...] = (
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    2,
+    1.5,
+    1e308,
+    10**20,
+    "",
+    "x",
+    "AQ==",
+    "events",
+    "link",
+    [],
+    ["logs"],
+    {},
+    {"a": [1]},
+    "é\u0000",
+)
+_OPS = (
+    "hello",
+    "status",
+    "subscribe",
+    "unsubscribe",
+    "logs",
+    "metrics",
+    "call",
+    "release",
+    "reload",
+    "nope",
+    7,
+    None,
+)
 _FIELDS = ("data", "text", "timeout", "retry", "wait", "topics", "lines", "client", "lease")
 
 

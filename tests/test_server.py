@@ -37,8 +37,15 @@ class TestLease:
         """A call with wait: true waits for the lease to end, then runs."""
         holder, other = daemon.client(), daemon.client()
         token = holder.request("lease", seconds=10)["lease"]
-        other.send({"op": "call", "id": 1, "data": base64.b64encode(b"\x01w").decode(),
-                    "wait": True, "timeout": 5})  # fmt: skip
+        other.send(
+            {
+                "op": "call",
+                "id": 1,
+                "data": base64.b64encode(b"\x01w").decode(),
+                "wait": True,
+                "timeout": 5,
+            }
+        )
         holder.request("release", lease=token)
         msg = other.receive()
         assert (msg["id"], msg["ok"], base64.b64decode(msg["data"])) == (1, True, b"w")
@@ -176,8 +183,11 @@ class TestLimits:
                     raw.send(status * 20)
             except OSError:
                 pass  # dropped already
-            wait_for(lambda: d.status()["limits_hit"].get("max_backlog", 0) >= 1, 10,
-                     "the non-reader dropped")  # fmt: skip
+            wait_for(
+                lambda: d.status()["limits_hit"].get("max_backlog", 0) >= 1,
+                10,
+                "the non-reader dropped",
+            )
             assert d.client().call(b"\x01still here").data == b"still here"
             raw.close()
         finally:
@@ -192,8 +202,9 @@ class TestAbandonedCalls:
             gone = Client(d.socket, timeout=5).connect()
             slow = b"\x03" + struct.pack(">H", 2000)
             for i in range(2):
-                gone.send({"op": "call", "id": i, "data": base64.b64encode(slow).decode(),
-                           "timeout": 60})  # fmt: skip
+                gone.send(
+                    {"op": "call", "id": i, "data": base64.b64encode(slow).decode(), "timeout": 60}
+                )
             wait_for(lambda: d.status()["inflight"] == 2, 5, "two calls on the link")
             gone.close()
             r = d.client().call(b"\x01next", timeout=1)
@@ -210,8 +221,14 @@ class TestAbandonedCalls:
         try:
             gone = Client(d.socket, timeout=5).connect()
             sim.control("set drop 1")  # the device never answers this one
-            gone.send({"op": "call", "id": 1, "data": base64.b64encode(b"\x01lost").decode(),
-                       "timeout": 600})  # fmt: skip
+            gone.send(
+                {
+                    "op": "call",
+                    "id": 1,
+                    "data": base64.b64encode(b"\x01lost").decode(),
+                    "timeout": 600,
+                }
+            )
             wait_for(lambda: d.status()["inflight"] == 1, 5, "the call on the link")
             sim.control("reset")
             gone.close()

@@ -47,8 +47,16 @@ async def with_session(sim: SimProc, body: Any, debug: bool = False) -> list[Tra
 
 async def call(session: Session, payload: bytes, **kw: Any) -> CallResult:
     fut: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
-    session.submit(Call("me", payload, fut.set_result, timeout=kw.get("timeout", 1.0),
-                        retry=kw.get("retry", 0), req_id=kw.get("req_id")))  # fmt: skip
+    session.submit(
+        Call(
+            "me",
+            payload,
+            fut.set_result,
+            timeout=kw.get("timeout", 1.0),
+            retry=kw.get("retry", 0),
+            req_id=kw.get("req_id"),
+        )
+    )
     return await fut
 
 

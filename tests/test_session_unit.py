@@ -43,8 +43,9 @@ class Harness(SessionRig):
         self.device = FakeDevice(self.loop)
         for name, value in device.items():
             setattr(self.device, name, value)
-        super().__init__(config, clock=self.loop, port=port, rng=random.Random(1),
-                         opener=self.device.open_link)  # fmt: skip
+        super().__init__(
+            config, clock=self.loop, port=port, rng=random.Random(1), opener=self.device.open_link
+        )
         self.timed: list[tuple[float, Transition]] = []
         self.task: asyncio.Task[None] | None = None
         self.owner = object()
@@ -423,9 +424,21 @@ PROPERTY_CONFIG = CONFIG.replace("retry: 0", "retry: 2").replace("interval: 2.0"
 @st.composite
 def scenarios(draw: st.DrawFn) -> list[tuple[str, float]]:
     ops = st.sampled_from(
-        ["calls", "calls", "calls", "wait_calls", "hang", "unhang", "unplug", "replug", "noise",
-         "quiet", "sleep", "sleep"]
-    )  # fmt: skip
+        [
+            "calls",
+            "calls",
+            "calls",
+            "wait_calls",
+            "hang",
+            "unhang",
+            "unplug",
+            "replug",
+            "noise",
+            "quiet",
+            "sleep",
+            "sleep",
+        ]
+    )
     return draw(st.lists(st.tuples(ops, st.floats(0.0, 1.0)), min_size=1, max_size=25))
 
 

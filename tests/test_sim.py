@@ -451,9 +451,18 @@ class TestLine:
         stream.write(b"PING\nECHO a b\n*IDN?\nFAIL\nMULTI 2\nEVENTS 2\nNOPE\n")
         lines = stream.collect(splitter.feed, 11)
         assert lines == [
-            b"PONG", b"a b", IDENTITY, b"ERROR failed", b"LINE 0", b"LINE 1", b"OK",
-            b"OK", b"EVENT 0", b"EVENT 1", b"ERROR unknown command",
-        ]  # fmt: skip
+            b"PONG",
+            b"a b",
+            IDENTITY,
+            b"ERROR failed",
+            b"LINE 0",
+            b"LINE 1",
+            b"OK",
+            b"OK",
+            b"EVENT 0",
+            b"EVENT 1",
+            b"ERROR unknown command",
+        ]
 
     @pytest.mark.timeout(15)
     def test_terminator_and_crlf(self, start: Callable[..., SimProcess]) -> None:

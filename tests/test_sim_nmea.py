@@ -152,10 +152,18 @@ class TestSentences:
         gga = fields(fix_sentences(Fix(lat=-12.9999999, lon=-0.0000001), WHEN)[0])
         assert gga[2:6] == ["1300.0000", "S", "00000.0000", "W"]
 
-    @pytest.mark.parametrize("bad", [
-        {"lat": 90.5}, {"lon": -181.0}, {"satellites": 0}, {"satellites": 13}, {"hdop": -1.0},
-        {"altitude": math.nan}, {"course": 360.0},
-    ])  # fmt: skip
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            {"lat": 90.5},
+            {"lon": -181.0},
+            {"satellites": 0},
+            {"satellites": 13},
+            {"hdop": -1.0},
+            {"altitude": math.nan},
+            {"course": 360.0},
+        ],
+    )
     def test_impossible_fix_is_refused(self, bad: dict[str, Any]) -> None:
         """A Fix outside what the sentences can say raises ValueError."""
         with pytest.raises(ValueError):
@@ -163,10 +171,16 @@ class TestSentences:
 
 
 fixes = st.builds(
-    Fix, lat=st.floats(-90, 90), lon=st.floats(-180, 180), altitude=st.floats(-1000, 20000),
-    satellites=st.integers(1, 12), hdop=st.floats(0, 50), vdop=st.floats(0, 50),
-    speed=st.floats(0, 999), course=st.floats(0, 359.9),
-)  # fmt: skip
+    Fix,
+    lat=st.floats(-90, 90),
+    lon=st.floats(-180, 180),
+    altitude=st.floats(-1000, 20000),
+    satellites=st.integers(1, 12),
+    hdop=st.floats(0, 50),
+    vdop=st.floats(0, 50),
+    speed=st.floats(0, 999),
+    course=st.floats(0, 359.9),
+)
 times = st.datetimes(datetime(2000, 1, 1), datetime(2099, 12, 31, 23, 59, 59), timezones=st.none())
 
 
@@ -204,11 +218,17 @@ class TestSentenceProperties:
 
 
 class TestCommand:
-    @pytest.mark.parametrize(("line", "expected"), [
-        ("NMEA 3", (["OK"], 0, 3)), ("nmea 0", (["OK"], 0, 0)), ("NMEA 3600", (["OK"], 0, 3600)),
-        ("NMEA 3601", (["ERROR bad arguments"], 0, 0)), ("NMEA", (["ERROR bad arguments"], 0, 0)),
-        ("NMEA 2 x", (["ERROR bad arguments"], 0, 0)),
-    ])  # fmt: skip
+    @pytest.mark.parametrize(
+        ("line", "expected"),
+        [
+            ("NMEA 3", (["OK"], 0, 3)),
+            ("nmea 0", (["OK"], 0, 0)),
+            ("NMEA 3600", (["OK"], 0, 3600)),
+            ("NMEA 3601", (["ERROR bad arguments"], 0, 0)),
+            ("NMEA", (["ERROR bad arguments"], 0, 0)),
+            ("NMEA 2 x", (["ERROR bad arguments"], 0, 0)),
+        ],
+    )
     def test_run_line(self, line: str, expected: tuple[list[str], int, int]) -> None:
         """NMEA n answers OK with n fixes to follow; n is 0..3600."""
         assert run_line(line) == expected

@@ -67,8 +67,9 @@ class Rig:
     """A stream with a program attached, over a real core whose link is up; device
     events go to every stream of the rig, as the ports front sends them."""
 
-    def __init__(self, codec: str = "line", *, write: bool = True, events: bool = True,
-                 **api: int) -> None:  # fmt: skip
+    def __init__(
+        self, codec: str = "line", *, write: bool = True, events: bool = True, **api: int
+    ) -> None:
         self.cfg = _config(codec, **api)
         self.dev = SessionRig(self.cfg, core=True)
         self.dev.connect()
@@ -85,9 +86,17 @@ class Rig:
     ) -> tuple[ProgramStream, FakeEdge]:
         """Another stream over the same core, with a program attached."""
         edge = FakeEdge()
-        stream = ProgramStream(self.core, self.cfg, edge, self.clock, kind="port",
-                               where={"link": LINK}, write=write, events=events,
-                               share=share)  # fmt: skip
+        stream = ProgramStream(
+            self.core,
+            self.cfg,
+            edge,
+            self.clock,
+            kind="port",
+            where={"link": LINK},
+            write=write,
+            events=events,
+            share=share,
+        )
         stream.attach()
         self.streams.append(stream)
         return stream, edge
@@ -156,8 +165,11 @@ class TestInput:
     def test_verl_requests_read_together_go_to_the_device_in_one_write(self) -> None:
         """Several verl requests in one chunk go out in one write; replies keep their seqs."""
         rig = Rig("verl")
-        rig.stream.feed(b"".join(_verl_request(seq, b"\x01" + p) for seq, p in
-                                 ((5, b"a"), (6, b"b"), (7, b"c"))))  # fmt: skip
+        rig.stream.feed(
+            b"".join(
+                _verl_request(seq, b"\x01" + p) for seq, p in ((5, b"a"), (6, b"b"), (7, b"c"))
+            )
+        )
         assert (rig.payloads, rig.writes) == ([b"\x01a", b"\x01b", b"\x01c"], 1)
         rig.answer()
         assert bytes(rig.edge.out) == b"".join(
@@ -291,8 +303,15 @@ class TestAnswers:
         assert rig.edge.out == b""
         assert rig.figures()["failed"] == {"timeout": 1}
         failed = [r for r in logs if r["event"] == "port_call_failed"]
-        assert failed == [{"event": "port_call_failed", "log_level": "debug", "link": LINK,
-                           "error": "timeout", "message": "no answer within 1 s"}]  # fmt: skip
+        assert failed == [
+            {
+                "event": "port_call_failed",
+                "log_level": "debug",
+                "link": LINK,
+                "error": "timeout",
+                "message": "no answer within 1 s",
+            }
+        ]
         rig.clock.advance(0.5)  # (device.guard: the line is quiet again)
         assert rig.payloads == [b"DELAY", b"PING"]  # (the next went out)
 

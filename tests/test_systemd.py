@@ -508,9 +508,17 @@ class TestModbusActivation:
         port, api = free_port(), tmp_path / "activated.sock"
         if not os.access(SOCKET_ACTIVATE, os.X_OK):
             pytest.skip(f"{SOCKET_ACTIVATE} not installed (package systemd)")
-        argv = [SOCKET_ACTIVATE, "-l", str(api), "-l", f"127.0.0.1:{port}",
-                "--fdname=api:modbus", "-E", f"PYTHONPATH={REPO}",
-                *verld_argv(modbus_config(tmp_path))]  # fmt: skip
+        argv = [
+            SOCKET_ACTIVATE,
+            "-l",
+            str(api),
+            "-l",
+            f"127.0.0.1:{port}",
+            "--fdname=api:modbus",
+            "-E",
+            f"PYTHONPATH={REPO}",
+            *verld_argv(modbus_config(tmp_path)),
+        ]
         v = Verld(argv, tmp_path / "verld.log")
         try:
             wait_for(lambda: listening(api), 10, "systemd-socket-activate to listen")
@@ -857,18 +865,42 @@ class TestMqttUnit:
         assert u["Service.RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
         for key in ("PrivateNetwork", "IPAddressDeny", "IPAddressAllow", "DynamicUser"):
             assert f"Service.{key}" not in u, key
-        for key in ("ReadWritePaths", "RuntimeDirectory", "StateDirectory", "CacheDirectory",
-                    "LogsDirectory", "ConfigurationDirectory"):  # fmt: skip
+        for key in (
+            "ReadWritePaths",
+            "RuntimeDirectory",
+            "StateDirectory",
+            "CacheDirectory",
+            "LogsDirectory",
+            "ConfigurationDirectory",
+        ):
             assert f"Service.{key}" not in u, key
         for key in (
-            "ProtectSystem", "ProtectHome", "PrivateTmp", "ProtectProc", "ProcSubset",
-            "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs",
-            "ProtectControlGroups", "ProtectClock", "ProtectHostname", "LockPersonality",
-            "MemoryDenyWriteExecute", "RestrictRealtime", "RestrictSUIDSGID",
-            "RestrictNamespaces", "PrivateIPC", "RemoveIPC", "NoNewPrivileges",
-            "CapabilityBoundingSet", "AmbientCapabilities", "SystemCallArchitectures",
-            "SystemCallFilter", "SystemCallErrorNumber", "UMask",
-        ):  # fmt: skip
+            "ProtectSystem",
+            "ProtectHome",
+            "PrivateTmp",
+            "ProtectProc",
+            "ProcSubset",
+            "ProtectKernelTunables",
+            "ProtectKernelModules",
+            "ProtectKernelLogs",
+            "ProtectControlGroups",
+            "ProtectClock",
+            "ProtectHostname",
+            "LockPersonality",
+            "MemoryDenyWriteExecute",
+            "RestrictRealtime",
+            "RestrictSUIDSGID",
+            "RestrictNamespaces",
+            "PrivateIPC",
+            "RemoveIPC",
+            "NoNewPrivileges",
+            "CapabilityBoundingSet",
+            "AmbientCapabilities",
+            "SystemCallArchitectures",
+            "SystemCallFilter",
+            "SystemCallErrorNumber",
+            "UMask",
+        ):
             assert u[f"Service.{key}"] == verld[f"Service.{key}"], key
         assert u["Service.CapabilityBoundingSet"] == [""]
 
@@ -960,8 +992,21 @@ class TestMqttUnit:
                 "print('connect: ok')\n"
             )
             script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
-            argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-                    str(run_dir), sys.executable, "-c", client, str(run_dir)]  # fmt: skip
+            argv = [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+                str(run_dir),
+                sys.executable,
+                "-c",
+                client,
+                str(run_dir),
+            ]
             run = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
         assert run.returncode == 0, run.stdout + run.stderr
         assert run.stdout.splitlines() == ["create: Read-only file system", "connect: ok"]

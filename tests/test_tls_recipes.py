@@ -48,8 +48,14 @@ def run_recipe(doc: str, where: Path) -> Path:
     """Run the doc's recipe in `where` (made) with sh -e; `where`."""
     need("openssl", "openssl")
     where.mkdir()
-    done = subprocess.run(["sh", "-e", "-c", recipe(doc)], cwd=where, capture_output=True,
-                          text=True, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["sh", "-e", "-c", recipe(doc)],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, f"docs/{doc}'s recipe failed:\n{done.stderr}"
     return where
 
@@ -129,8 +135,11 @@ def test_the_network_recipe_gives_a_strict_tls_session_with_alice_and_refuses_ma
 ) -> None:
     """docs/network.md's PKI: a strict client with alice's certificate is served; mallory not."""
     pki = run_recipe("network.md", tmp_path / "pki")
-    tls = {"cert": str(pki / "server.pem"), "key": str(pki / "server.key"),
-           "ca": str(pki / "ca.pem")}  # fmt: skip
+    tls = {
+        "cert": str(pki / "server.pem"),
+        "key": str(pki / "server.key"),
+        "ca": str(pki / "ca.pem"),
+    }
     port = Port(tmp_path, tls)
     try:
         alice = strict(pki / "ca.pem", pki / "alice.pem", pki / "alice.key")
@@ -149,14 +158,26 @@ def test_the_fleet_recipe_gives_a_strict_tls_session_with_the_broker(
 ) -> None:
     """docs/fleet.md's PKI: verld-mqtt and a strict client connect to mosquitto with bridge-vm's."""
     pki = run_recipe("fleet.md", tmp_path / "pki")
-    files = {"ca": "ca.pem", "server": "broker.pem", "server_key": "broker.key",
-             "client": "bridge-vm.pem", "client_key": "bridge-vm.key"}  # fmt: skip
+    files = {
+        "ca": "ca.pem",
+        "server": "broker.pem",
+        "server_key": "broker.key",
+        "client": "bridge-vm.pem",
+        "client_key": "bridge-vm.key",
+    }
     certs = Certs(tmp_path, {k: pki / name for k, name in files.items()})
-    tls = {"tls": True, "ca": str(certs.ca), "cert": str(certs.client),
-           "key": str(certs.client_key)}  # fmt: skip
+    tls = {
+        "tls": True,
+        "ca": str(certs.ca),
+        "cert": str(certs.client),
+        "key": str(certs.client_key),
+    }
     log = bridge_over_tls(tmp_path, fleet, certs, tls)
-    wait_for(lambda: "mqtt_connected" in log.read_text(errors="replace"), 20,
-             lambda: f"verld-mqtt over TLS; its log: {log.read_text()[-2000:]}")  # fmt: skip
+    wait_for(
+        lambda: "mqtt_connected" in log.read_text(errors="replace"),
+        20,
+        lambda: f"verld-mqtt over TLS; its log: {log.read_text()[-2000:]}",
+    )
     ctx = strict(certs.ca, certs.client, certs.client_key)
     port = fleet[0].broker.port
     with (  # (the broker's certificate verified strictly, its name too: localhost)
@@ -192,12 +213,23 @@ def test_a_broker_whose_ca_lacks_key_usage_is_refused_naming_it(
     legacy, good = Pki(tmp_path / "legacy", strict=False), Pki(tmp_path / "good")
     server, server_key = legacy.server()
     client, client_key = good.client()
-    certs = Certs(tmp_path, {"ca": good.ca, "server": server, "server_key": server_key,
-                             "client": client, "client_key": client_key})  # fmt: skip
+    certs = Certs(
+        tmp_path,
+        {
+            "ca": good.ca,
+            "server": server,
+            "server_key": server_key,
+            "client": client,
+            "client_key": client_key,
+        },
+    )
     tls = {"tls": True, "ca": str(legacy.ca), "cert": str(client), "key": str(client_key)}
     log = bridge_over_tls(tmp_path, fleet, certs, tls)
     named = "the broker's CA certificate lacks keyUsage"
-    wait_for(lambda: named in log.read_text(errors="replace"), 20,
-             lambda: f"{named!r} in verld-mqtt's log: {log.read_text()[-2000:]}")  # fmt: skip
+    wait_for(
+        lambda: named in log.read_text(errors="replace"),
+        20,
+        lambda: f"{named!r} in verld-mqtt's log: {log.read_text()[-2000:]}",
+    )
     assert LACKS in log.read_text(errors="replace")
     assert "mqtt_connected" not in log.read_text(errors="replace")

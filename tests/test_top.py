@@ -46,16 +46,35 @@ class Tmux:
             "/dev/null",
         ]
         env = {**os.environ, "TERM": "xterm-256color", "PS1": "$ "}
-        subprocess.run([*self.tmux, "new-session", "-d", "-s", "top", "-x", "80", "-y", "24",
-                        "bash --norc --noprofile"], check=True, env=env, cwd=tmp)  # fmt: skip
+        subprocess.run(
+            [
+                *self.tmux,
+                "new-session",
+                "-d",
+                "-s",
+                "top",
+                "-x",
+                "80",
+                "-y",
+                "24",
+                "bash --norc --noprofile",
+            ],
+            check=True,
+            env=env,
+            cwd=tmp,
+        )
 
     def keys(self, *keys: str) -> None:
         subprocess.run([*self.tmux, "send-keys", "-t", "top", *keys], check=True)
 
     def screen(self, colours: bool = False) -> str:
         extra = ["-e"] if colours else []
-        out = subprocess.run([*self.tmux, "capture-pane", "-p", *extra, "-t", "top"],
-                             check=True, capture_output=True, text=True)  # fmt: skip
+        out = subprocess.run(
+            [*self.tmux, "capture-pane", "-p", *extra, "-t", "top"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         return out.stdout
 
     def wait(self, text: str, timeout: float = 15.0) -> str:
@@ -63,13 +82,18 @@ class Tmux:
         return self.screen()
 
     def resize(self, width: int, height: int) -> None:
-        subprocess.run([*self.tmux, "resize-window", "-t", "top", "-x", str(width), "-y",
-                        str(height)], check=True)  # fmt: skip
+        subprocess.run(
+            [*self.tmux, "resize-window", "-t", "top", "-x", str(width), "-y", str(height)],
+            check=True,
+        )
 
     def size(self) -> tuple[int, int]:
-        out = subprocess.run([*self.tmux, "display-message", "-p", "-t", "top",
-                              "#{pane_width} #{pane_height}"],
-                             check=True, capture_output=True, text=True)  # fmt: skip
+        out = subprocess.run(
+            [*self.tmux, "display-message", "-p", "-t", "top", "#{pane_width} #{pane_height}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         width, height = out.stdout.split()
         return int(width), int(height)
 
@@ -124,8 +148,11 @@ class Rig:
         self.net_port = free_port()
         self.link = str(tmp / "ttyV0")
         self.sim = SimProc(tmp, codec="line")
-        more = {"device": {"codec": "line"}, "ports": [{"link": self.link}],
-                "network": [{"listen": f"127.0.0.1:{self.net_port}", "name": "lan"}]}  # fmt: skip
+        more = {
+            "device": {"codec": "line"},
+            "ports": [{"link": self.link}],
+            "network": [{"listen": f"127.0.0.1:{self.net_port}", "name": "lan"}],
+        }
         self.config = write_config(tmp, self.sim.link, more)
         self.d = DaemonProc(self.config)
         self.busy = Busy(self.d, self.link, self.net_port)
@@ -230,8 +257,13 @@ def test_a_link_down_is_shown_in_colour(rig: Rig) -> None:
 
 def test_piped_output_is_one_plain_frame(rig: Rig) -> None:
     """With stdout a pipe, one plain-text frame after one interval, exit 0."""
-    out = subprocess.run([*VERLCTL, "--socket", rig.d.socket, "top", "--interval", "0.5"],
-                         capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+    out = subprocess.run(
+        [*VERLCTL, "--socket", rig.d.socket, "top", "--interval", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
     assert out.returncode == 0
     assert "\x1b" not in out.stdout
     assert "FRONT   PROGRAM" in out.stdout and "network lan 127.0.0.1:" in out.stdout
@@ -242,8 +274,10 @@ def test_modbus_units_and_tcp_masters(tmp_path: Path) -> None:
     """On modbus-rtu the units table and a Modbus TCP master's row are shown."""
     sim = SimProc(tmp_path, codec="modbus-rtu")
     mb = free_port()
-    more: dict[str, Any] = {"device": {"codec": "modbus-rtu"},
-                            "modbus": {"listen": f"127.0.0.1:{mb}"}}  # fmt: skip
+    more: dict[str, Any] = {
+        "device": {"codec": "modbus-rtu"},
+        "modbus": {"listen": f"127.0.0.1:{mb}"},
+    }
     d = DaemonProc(write_config(tmp_path, sim.link, more))
     try:
         with socket.create_connection(("127.0.0.1", mb)) as master:
@@ -262,8 +296,13 @@ def test_modbus_units_and_tcp_masters(tmp_path: Path) -> None:
 
 def test_json_gives_the_rows_with_their_rates(rig: Rig) -> None:
     """--json top prints one object: every program's row with its calls/s."""
-    out = subprocess.run([*VERLCTL, "--socket", rig.d.socket, "--json", "top", "--interval", "0.5"],
-                         capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+    out = subprocess.run(
+        [*VERLCTL, "--socket", rig.d.socket, "--json", "top", "--interval", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
     assert out.returncode == 0
     rows = json.loads(out.stdout)["programs"]
     logger = next(r for r in rows if r["who"].endswith(" logger"))

@@ -14,17 +14,30 @@ from verld.ctl.topframe import Sample, buckets_of, fit, frame, program_rows, qua
 
 
 def status(calls: int = 0, failed: int = 0, state: str = "up", **more: Any) -> dict[str, Any]:
-    counters = {"calls": calls, "calls_failed": failed, "events": 0, "bytes_tx": 0,
-                "bytes_rx": 0}  # fmt: skip
-    link = {"state": state, "reason": "connected", "generation": 3, "port": "/dev/ttyUSB0",
-            "codec": "verl", "since": 1796189035.0, "settings": "115200 8N1",
-            "modem": None}  # fmt: skip
+    counters = {"calls": calls, "calls_failed": failed, "events": 0, "bytes_tx": 0, "bytes_rx": 0}
+    link = {
+        "state": state,
+        "reason": "connected",
+        "generation": 3,
+        "port": "/dev/ttyUSB0",
+        "codec": "verl",
+        "since": 1796189035.0,
+        "settings": "115200 8N1",
+        "modem": None,
+    }
     return {"link": link, "counters": counters, "queue": 0, "inflight": 0, **more}
 
 
 def program(who: str, calls: int, front: str = "api", **more: Any) -> dict[str, Any]:
-    return {"front": front, "who": who, "calls": calls, "ok": calls, "failed": 0, "waiting": 0,
-            **more}  # fmt: skip
+    return {
+        "front": front,
+        "who": who,
+        "calls": calls,
+        "ok": calls,
+        "failed": 0,
+        "waiting": 0,
+        **more,
+    }
 
 
 def texts(lines: list[tuple[str, bool]]) -> list[str]:
@@ -49,8 +62,10 @@ def test_latency_quantiles_are_over_the_interval_only() -> None:
 
 def test_buckets_are_read_from_metrics_text() -> None:
     """The histogram's buckets are read from the metrics' exposition text."""
-    text = ('verld_call_latency_seconds_bucket{le="0.001"} 3\n'
-            'verld_call_latency_seconds_bucket{le="+Inf"} 5\n')  # fmt: skip
+    text = (
+        'verld_call_latency_seconds_bucket{le="0.001"} 3\n'
+        'verld_call_latency_seconds_bucket{le="+Inf"} 5\n'
+    )
     assert buckets_of(text) == [(0.001, 3.0), (float("inf"), 5.0)]
 
 
@@ -80,8 +95,12 @@ def test_80_by_24_fits_and_cuts_no_word() -> None:
     assert len(lines) == 24 and all(len(t) <= 80 for t in lines)
     rows = [t for t in lines if t.startswith("api")]
     assert rows and all("…" in t for t in rows)
-    assert all(t.split("…")[0].endswith(("a", "name", "goes", "on", "that", "long", "rather",
-                                           "program", "past", "and")) for t in rows)  # fmt: skip
+    assert all(
+        t.split("…")[0].endswith(
+            ("a", "name", "goes", "on", "that", "long", "rather", "program", "past", "and")
+        )
+        for t in rows
+    )
     assert any("more" in t for t in lines)
     assert lines[-1].startswith("q quit")
 

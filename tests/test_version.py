@@ -29,8 +29,9 @@ RELEASE = re.compile(r"^## \[(?P<version>[^\]]+)\](?: - (?P<date>\S+))?\s*$", re
 def version_of(name: str) -> str:
     script = Path(sysconfig.get_path("scripts")) / name
     argv = [str(script)] if script.exists() else [sys.executable, "-m", PROGRAMS[name]]
-    r = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30,
-                       check=False)  # fmt: skip
+    r = subprocess.run(
+        [*argv, "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 

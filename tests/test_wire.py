@@ -146,8 +146,16 @@ class TestFastReply:
     def test_matches_the_generic_encoder(self, req_id: int | str, data: bytes) -> None:
         """ok_call_reply makes exactly the bytes encode() makes of the same reply."""
         fast = wire.ok_call_reply(req_id, 0, data, 0.123456, 3)
-        slow = wire.encode({"id": req_id, "ok": True, "status": 0, "data": wire.b64(data),
-                            "ms": 0.123, "generation": 3})  # fmt: skip
+        slow = wire.encode(
+            {
+                "id": req_id,
+                "ok": True,
+                "status": 0,
+                "data": wire.b64(data),
+                "ms": 0.123,
+                "generation": 3,
+            }
+        )
         assert fast == slow
 
     @pytest.mark.parametrize("ms", [0.0, 0.41, 1.0, 0.0005, 0.1234999, 3600000.0])

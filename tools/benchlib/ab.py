@@ -67,8 +67,14 @@ def main() -> int:
     )
     procs, tmp = Procs(), Path(tempfile.mkdtemp(prefix="verld-ab-"))
     options = argparse.Namespace(baud=0, no_mbusd=True, modbus_baud=0, modbus_registers=10)
-    run = Run(procs, tmp, rounds=args.rounds, timings={"lock": Timing(args.warmup, args.duration)},
-              say=lambda line: print(line, flush=True), options=options)  # fmt: skip
+    run = Run(
+        procs,
+        tmp,
+        rounds=args.rounds,
+        timings={"lock": Timing(args.warmup, args.duration)},
+        say=lambda line: print(line, flush=True),
+        options=options,
+    )
     fam: Any = family(args.family)
     try:
         fam.setup(run)
@@ -93,8 +99,10 @@ def main() -> int:
             verdict = {None: "n/a", True: "met", False: "not met"}[t["pass"]]
             cell = f"{report.fmt(t['measured'], 2)} {verdict}"
             rows.setdefault(f"{t['name']} ({t['op']} {t['target']:g} {t['unit']})", []).append(cell)
-    print(f"medians over {args.rounds} rounds, {args.family} family, ratios within a round; "
-          + ", ".join(f"{n} = {p}" for n, p in checkouts.items()))  # fmt: skip
+    print(
+        f"medians over {args.rounds} rounds, {args.family} family, ratios within a round; "
+        + ", ".join(f"{n} = {p}" for n, p in checkouts.items())
+    )
     width = max(map(len, rows)) + 2
     print(f"  {'target':<{width}}" + "".join(f"{n:>16}" for n in checkouts))
     for label, cells in rows.items():

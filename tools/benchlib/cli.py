@@ -39,8 +39,14 @@ from benchlib.procs import BenchError, Procs
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 ENGINE = 2  #: the JSON's shape (docs/bench.json from before the one engine has none)
-MARKERS = {"api": "bench", "ports": "bench:ports", "modbus": "bench:modbus",
-           "network": "bench:network", "links": "bench:links", "fleet": "bench:fleet"}  # fmt: skip
+MARKERS = {
+    "api": "bench",
+    "ports": "bench:ports",
+    "modbus": "bench:modbus",
+    "network": "bench:network",
+    "links": "bench:links",
+    "fleet": "bench:fleet",
+}
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -74,8 +80,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     add("--markdown", metavar="PATH", help="refresh the families' results in PATH")
     add("--no-docs", action="store_true", help="write only what is asked explicitly")
     add("--keep-tmp", action="store_true", help="keep the temp dir (logs, configs)")
-    add("--from-json", metavar="PATH", help="measure nothing: print a saved run's tables, "
-        "redraw its plot/markdown")  # fmt: skip
+    add(
+        "--from-json",
+        metavar="PATH",
+        help="measure nothing: print a saved run's tables, redraw its plot/markdown",
+    )
     vp = p.add_argument_group("ports family")
     vp.add_argument("--ports", action="store_true", help="run only the ports family")
     vp.add_argument("--no-ports", action="store_true", help="leave it out")
@@ -98,8 +107,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     fl = p.add_argument_group("fleet family (tools/bench-fleet)")
     fl.add_argument("--devices", type=int, help="devices of the rounds (16; --quick: 1)")
     fl.add_argument("--rss-devices", type=int, help="devices of the RSS phase (64; --quick: 1)")
-    fl.add_argument("--bridge-checkout", type=Path, metavar="DIR",
-                    help="run verld-mqtt from this checkout instead of this one")  # fmt: skip
+    fl.add_argument(
+        "--bridge-checkout",
+        type=Path,
+        metavar="DIR",
+        help="run verld-mqtt from this checkout instead of this one",
+    )
     return p
 
 
@@ -185,20 +198,39 @@ def _run(args: argparse.Namespace, names: list[str], procs: Procs, tmp: Path, pr
     docs = not quick and not args.no_docs and names != ["fleet"]
     meta = _machine()
     meta.update(
-        command=shlex.join([prog, *sys.argv[1:]]), rounds=rounds, warmup_s=warmup,
-        duration_s=duration, paced_duration_s=paced.duration, families=names,
+        command=shlex.join([prog, *sys.argv[1:]]),
+        rounds=rounds,
+        warmup_s=warmup,
+        duration_s=duration,
+        paced_duration_s=paced.duration,
+        families=names,
         loadavg_start=_loadavg(),
-    )  # fmt: skip
-    _say(f"bench: {meta['nproc']} CPUs ({meta['cpu']}), Python {meta['python']}, {rounds} rounds, "
-         f"families {' '.join(names)}")  # fmt: skip
-    run = Run(procs, tmp, rounds=rounds, timings={"lock": Timing(warmup, duration), "paced": paced},
-              say=_say, options=args, quick=quick)  # fmt: skip
+    )
+    _say(
+        f"bench: {meta['nproc']} CPUs ({meta['cpu']}), Python {meta['python']}, {rounds} rounds, "
+        f"families {' '.join(names)}"
+    )
+    run = Run(
+        procs,
+        tmp,
+        rounds=rounds,
+        timings={"lock": Timing(warmup, duration), "paced": paced},
+        say=_say,
+        options=args,
+        quick=quick,
+    )
     sections = {}
     for name in names:
         sections[name] = run.family(family(name))
     meta["loadavg_end"] = _loadavg()
-    result = {"engine": ENGINE, "meta": meta, "ok": not run.errors, "errors": run.errors,
-              "warnings": run.warnings, "families": sections}  # fmt: skip
+    result = {
+        "engine": ENGINE,
+        "meta": meta,
+        "ok": not run.errors,
+        "errors": run.errors,
+        "warnings": run.warnings,
+        "families": sections,
+    }
     _print_tables(result)
     json_path = args.json or (str(ROOT / "docs/bench.json") if docs and "api" in names else None)
     plot_path = args.plot or (str(ROOT / "docs/bench.png") if docs and "api" in names else None)
@@ -222,8 +254,16 @@ def _side_by_side(
         for part in (["rounds"], ["paced", "idle"]) if name == "api" else [[]]:
             tag = "-".join([name, *part])
             out = tmp / f"{tag}.json"
-            cmd = [sys.executable, str(ROOT / "tools" / "bench"), *_strip(argv), "--family", name,
-                   *(w for p in part for w in ("--phase", p)), "--json", str(out)]  # fmt: skip
+            cmd = [
+                sys.executable,
+                str(ROOT / "tools" / "bench"),
+                *_strip(argv),
+                "--family",
+                name,
+                *(w for p in part for w in ("--phase", p)),
+                "--json",
+                str(out),
+            ]
             with open(tmp / f"{tag}.out", "wb") as log:
                 children.append((tag, out, procs.spawn(cmd, stdout=log, stderr=subprocess.STDOUT)))
     started, done = time.monotonic(), dict[str, int]()
@@ -309,9 +349,12 @@ def _rerender(args: argparse.Namespace) -> int:
 
     result = json.loads(Path(args.from_json).read_text())
     if result.get("engine") != ENGINE:
-        print(f"bench: {args.from_json} is from an older engine (before tools/bench was one "
-              "engine for every family): its figures are in docs/benchmarks.md as they were; "
-              "run tools/bench again for a file this one reads", file=sys.stderr)  # fmt: skip
+        print(
+            f"bench: {args.from_json} is from an older engine (before tools/bench was one "
+            "engine for every family): its figures are in docs/benchmarks.md as they were; "
+            "run tools/bench again for a file this one reads",
+            file=sys.stderr,
+        )
         return 2
     for name, section in result["families"].items():
         section["summary"] = report.summarise(family_decl(name), section)
@@ -373,11 +416,15 @@ def _machine() -> dict[str, Any]:
     cpu = output(["grep", "-m1", "model name", "/proc/cpuinfo"]).partition(":")[2].strip()
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "nproc": os.cpu_count(), "cpu": cpu or "unknown CPU", "python": platform.python_version(),
-        "kernel": platform.release(), "verld": verld.__version__,
-        "git": output(["git", "--no-optional-locks", "-C", str(ROOT), "describe", "--always",
-                       "--dirty"]),
-    }  # fmt: skip
+        "nproc": os.cpu_count(),
+        "cpu": cpu or "unknown CPU",
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "verld": verld.__version__,
+        "git": output(
+            ["git", "--no-optional-locks", "-C", str(ROOT), "describe", "--always", "--dirty"]
+        ),
+    }
 
 
 def output(cmd: list[str], line_with: str = "") -> str:

@@ -199,9 +199,16 @@ class Run:
     """One invocation: the processes, the timings, the errors found; `measure` one workload."""
 
     def __init__(
-        self, procs: Procs, tmp: FsPath, *, rounds: int, timings: dict[str, Timing],
-        say: Callable[[str], None], options: Any = None, quick: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        procs: Procs,
+        tmp: FsPath,
+        *,
+        rounds: int,
+        timings: dict[str, Timing],
+        say: Callable[[str], None],
+        options: Any = None,
+        quick: bool = False,
+    ) -> None:
         self.procs, self.tmp, self.rounds, self.timings = procs, tmp, rounds, timings
         self.say, self.options, self.quick = say, options, quick
         self.errors: list[str] = []
@@ -373,9 +380,15 @@ class Run:
         return mark, {**status, "_t": (t_a + time.monotonic()) / 2}
 
     def _counters(
-        self, label: str, load: Load, out: Result, before: list[Result], after: list[Result],
-        at0: Result | None, at1: Result | None,
-    ) -> None:  # fmt: skip
+        self,
+        label: str,
+        load: Load,
+        out: Result,
+        before: list[Result],
+        after: list[Result],
+        at0: Result | None,
+        at1: Result | None,
+    ) -> None:
         """verld's counters over the workload (and the window), against the generators'."""
         if len(before) != 1:
             return
@@ -383,8 +396,9 @@ class Run:
         out["verld_counters"] = {k: c1[k] - c0[k] for k in c1 if isinstance(c1[k], int | float)}
         counted, got = out["verld_counters"].get("calls_ok"), out.get(load.ok_key)
         if counted != got:
-            self.errors.append(f"{label}: verld counted {counted} calls ok, the generators "
-                               f"got {got} right replies")  # fmt: skip
+            self.errors.append(
+                f"{label}: verld counted {counted} calls ok, the generators got {got} right replies"
+            )
         if at0 is not None and at1 is not None:
             w0, w1 = at0["counters"], at1["counters"]
             window = {k: w1[k] - w0[k] for k in ("bytes_tx", "bytes_rx", "calls_ok") if k in w1}

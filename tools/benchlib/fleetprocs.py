@@ -50,8 +50,10 @@ def mosquitto(procs: Procs, tmp: Path, *, nodelay: bool = True) -> tuple[Server,
     port = free_port()
     conf = tmp / "mosquitto.conf"
     # as root, mosquitto would switch to its own user, who cannot read tmp's files
-    conf.write_text(f"listener {port} 127.0.0.1\npersistence false\nuser {getpass.getuser()}\n"
-                    f"allow_anonymous true\nset_tcp_nodelay {str(nodelay).lower()}\n")  # fmt: skip
+    conf.write_text(
+        f"listener {port} 127.0.0.1\npersistence false\nuser {getpass.getuser()}\n"
+        f"allow_anonymous true\nset_tcp_nodelay {str(nodelay).lower()}\n"
+    )
     out = subprocess.run([exe, "-h"], check=False, capture_output=True, text=True, timeout=5)
     words = out.stdout.split()
     version = words[2] if words[:2] == ["mosquitto", "version"] else "?"
@@ -201,8 +203,9 @@ class Echo:
     def __init__(self, procs: Procs, tmp: Path, port: int, base: str) -> None:
         spec = json.dumps({"port": port, "base": base, "qos": 1})
         with open(tmp / "echo.log", "ab") as log:
-            self.proc = procs.spawn([sys.executable, BENCH, "--gen", "echo", spec],
-                                    stdout=subprocess.PIPE, stderr=log)  # fmt: skip
+            self.proc = procs.spawn(
+                [sys.executable, BENCH, "--gen", "echo", spec], stdout=subprocess.PIPE, stderr=log
+            )
         self.pid = self.proc.pid
         LineReader(self.proc, "the echo responder").expect("READY", 30)
 

@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'checkout':40s} {'us/call':>8s} {'bytecodes/call':>15s} {'py-calls/call':>14s}")
     for checkout in args.checkouts:
         f = measure(checkout.resolve(), args.calls, args.repeat)
-        print(f"{checkout!s:40s} {f['us_per_call']:8.2f} {f['bytecodes_per_call']:15.0f} "
-              f"{f['py_calls_per_call']:14.1f}")  # fmt: skip
+        print(
+            f"{checkout!s:40s} {f['us_per_call']:8.2f} {f['bytecodes_per_call']:15.0f} "
+            f"{f['py_calls_per_call']:14.1f}"
+        )
     return 0

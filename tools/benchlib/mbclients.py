@@ -155,9 +155,14 @@ def _pymodbus(m: Master) -> tuple[Call, Callable[[], None]]:
     client: ModbusSerialClient | ModbusTcpClient
     if m.transport == "rtu":
         client = ModbusSerialClient(
-            m.target, baudrate=m.baud, bytesize=8, parity="N", stopbits=1,
-            timeout=m.timeout, retries=0,
-        )  # fmt: skip
+            m.target,
+            baudrate=m.baud,
+            bytesize=8,
+            parity="N",
+            stopbits=1,
+            timeout=m.timeout,
+            retries=0,
+        )
     else:
         host, _, port = m.target.rpartition(":")
         client = ModbusTcpClient(host, port=int(port), timeout=m.timeout, retries=0)

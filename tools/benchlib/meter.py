@@ -137,12 +137,17 @@ def pool(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     lat = sorted(x for r in results for x in r.get("latencies_ns", []))
     out: dict[str, Any] = {k: sum(r.get(k, 0) for r in results) for k in SUMS}
     out.update(
-        rate=round(sum(r.get("rate", 0.0) for r in results), 2), gens=len(results),
-        latency_us=percentiles(lat), exceptions={}, per_gen=[
+        rate=round(sum(r.get("rate", 0.0) for r in results), 2),
+        gens=len(results),
+        latency_us=percentiles(lat),
+        exceptions={},
+        per_gen=[
             {k: r.get(k) for k in ("calls", "rate", "sent", "errors", "clients", "unit")}
-            | {"p50_us": r.get("latency_us", {}).get("p50")} for r in results],
+            | {"p50_us": r.get("latency_us", {}).get("p50")}
+            for r in results
+        ],
         **{k: results[0].get(k) for k in ("clients", "inflight", "client") if k in results[0]},
-    )  # fmt: skip
+    )
     for r in results:
         for code, n in r.get("exceptions", {}).items():
             out["exceptions"][code] = out["exceptions"].get(code, 0) + n

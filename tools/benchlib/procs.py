@@ -56,10 +56,14 @@ class Procs:
         env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            list(args), stdin=stdin, stdout=stdout, stderr=stderr,
-            env=dict(env) if env is not None else None, start_new_session=True,
+            list(args),
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
             preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads here; cleanup if we die
-        )  # fmt: skip
+        )
         self._live.append(proc)
         return proc
 
@@ -246,12 +250,23 @@ class Sim:
     """verld-sim on a pty in `tmp` (`name` keeps its link and control socket apart)."""
 
     def __init__(
-        self, procs: Procs, tmp: Path, *, max_payload: int | None = None,
-        codec: str | None = None, extra_args: Sequence[str] = (), name: str = "dev",
-    ) -> None:  # fmt: skip
+        self,
+        procs: Procs,
+        tmp: Path,
+        *,
+        max_payload: int | None = None,
+        codec: str | None = None,
+        extra_args: Sequence[str] = (),
+        name: str = "dev",
+    ) -> None:
         self.link, self.control_path = str(tmp / f"{name}.tty"), str(tmp / f"{name}.ctl")
-        args = sim_command(link=self.link, control=self.control_path, codec=codec,
-                           max_payload=max_payload, extra_args=extra_args)  # fmt: skip
+        args = sim_command(
+            link=self.link,
+            control=self.control_path,
+            codec=codec,
+            max_payload=max_payload,
+            extra_args=extra_args,
+        )
         with open(tmp / f"{name}-sim.log", "ab") as log:
             self.proc = procs.spawn(args, stdout=subprocess.PIPE, stderr=log)
         try:
@@ -302,9 +317,10 @@ class Verld:
             started = time.perf_counter()
             self.proc = procs.spawn(
                 [*verld_command(checkout), "--config", str(dir / "verld.yaml")],
-                stdout=log, stderr=subprocess.STDOUT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 env={**os.environ, "NOTIFY_SOCKET": notify_path},
-            )  # fmt: skip
+            )
             self.pid = self.proc.pid
             self.ready_s = self._await_ready(notify, started)
         os.unlink(notify_path)

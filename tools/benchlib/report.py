@@ -106,13 +106,23 @@ def summarise(fam: Any, section: dict[str, Any]) -> dict[str, Any]:
         measured, each = t.measure(section, figs)
         passed = None
         if measured is not None:
-            passed = {"<=": measured <= t.target, "<": measured < t.target,
-                      ">=": measured >= t.target}[t.op]  # fmt: skip
-        targets.append({
-            "name": t.name.format(**info), "kind": t.kind, "measured": _round(measured, 4),
-            "op": t.op, "target": t.target, "unit": t.unit,
-            "per_round": [_round(v, 3) for v in each], "pass": passed,
-        })  # fmt: skip
+            passed = {
+                "<=": measured <= t.target,
+                "<": measured < t.target,
+                ">=": measured >= t.target,
+            }[t.op]
+        targets.append(
+            {
+                "name": t.name.format(**info),
+                "kind": t.kind,
+                "measured": _round(measured, 4),
+                "op": t.op,
+                "target": t.target,
+                "unit": t.unit,
+                "per_round": [_round(v, 3) for v in each],
+                "pass": passed,
+            }
+        )
     return {"figures": figs, "targets": targets}
 
 
@@ -166,8 +176,10 @@ def table(fam: Any, section: dict[str, Any], meta: dict[str, Any]) -> str:
     summary, names = section["summary"], paths(section)
     labels = [_label(f, section) for f in fam.figures]
     width = max(len(x) for x in labels) + 2
-    lines = [f"== {fam.title}: {meta['command']}", f"{'figure':<{width}}"
-             + "".join(f"{p:>12}" for p in names)]  # fmt: skip
+    lines = [
+        f"== {fam.title}: {meta['command']}",
+        f"{'figure':<{width}}" + "".join(f"{p:>12}" for p in names),
+    ]
     for f, label in zip(fam.figures, labels, strict=True):
         cells = "".join(f"{fmt(summary['figures'][p][f.key], f.digits):>12}" for p in names)
         lines.append(f"{label:<{width}}{cells}")
@@ -191,15 +203,22 @@ def markdown(fam: Any, section: dict[str, Any], meta: dict[str, Any]) -> str:
         f"{m['python']}, verld {m['verld']} ({m['git']}){', ' + extra if extra else ''}; "
         f"{m['rounds']} rounds, windows {m['duration_s']:g} s after {m['warmup_s']:g} s; "
         f"load average {m['loadavg_start']} before, {m['loadavg_end']} after.",
-        "", "```sh", m["command"], "```", "",
-        "| figure | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names),
-    ]  # fmt: skip
+        "",
+        "```sh",
+        m["command"],
+        "```",
+        "",
+        "| figure | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
     for f in fam.figures:
         cells = " | ".join(fmt(summary["figures"][p][f.key], f.digits) for p in names)
         out.append(f"| {_label(f, section).strip()} | {cells} |")
     out += ["", *[n + "  " for n in fam.footnotes], *fam.notes(section, True), ""]
-    out += ["| target | measured (median; per round) | target | measured/target | result |",
-            "|---|---|---|---:|---|"]  # fmt: skip
+    out += [
+        "| target | measured (median; per round) | target | measured/target | result |",
+        "|---|---|---|---:|---|",
+    ]
     out += [f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in _target_rows(summary)]
     failed = failures(section)
     if failed:

@@ -17,11 +17,19 @@ def main(argv: list[str] | None = None) -> int:
         description="Build verld's man pages (man/) from the argparse parsers, the config "
         "schema and the docs.",
     )
-    p.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 when a committed page differs from what would "
-                   "be written (or is missing)")  # fmt: skip
-    p.add_argument("--output", metavar="DIR", type=Path, default=REPO / "man",
-                   help="where the pages go (default: man/ of this checkout)")  # fmt: skip
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when a committed page differs from what would "
+        "be written (or is missing)",
+    )
+    p.add_argument(
+        "--output",
+        metavar="DIR",
+        type=Path,
+        default=REPO / "man",
+        help="where the pages go (default: man/ of this checkout)",
+    )
     args = p.parse_args(argv)
     try:
         built = pages.build_all(REPO)

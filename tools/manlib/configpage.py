@@ -147,8 +147,10 @@ def doc_sections(sections: list[md.Section]) -> dict[str, DocSection]:
             continue
         (table,) = tables
         if [h.split()[0] for h in table.items] != ["key", "type", "default", "meaning"]:
-            raise md.DocError(f"{SOURCE}:{table.line}: expected columns key | type | default | "
-                              f"meaning, got {' | '.join(table.items)}")  # fmt: skip
+            raise md.DocError(
+                f"{SOURCE}:{table.line}: expected columns key | type | default | "
+                f"meaning, got {' | '.join(table.items)}"
+            )
         rows = {}
         for n, cells in enumerate(table.rows):
             key = roff.plain(cells[0])
@@ -170,8 +172,10 @@ def check(sections: list[md.Section]) -> dict[str, DocSection]:
             continue  # e.g. api.roles.admin: the api.roles prose covers it
         doc = docs.get(path)
         if doc is None:
-            errors.append(f"{SOURCE}: no section for `{path}` (a heading `{path}` with a "
-                          "key | type | default | meaning table)")  # fmt: skip
+            errors.append(
+                f"{SOURCE}: no section for `{path}` (a heading `{path}` with a "
+                "key | type | default | meaning table)"
+            )
             continue
         if doc.rows is None:
             words = set(re.findall(r"\w+", doc.section.all_text()))
@@ -182,21 +186,28 @@ def check(sections: list[md.Section]) -> dict[str, DocSection]:
         for key in sec.keys:
             row = doc.rows.get(key.name)
             if row is None:
-                errors.append(f"{SOURCE}:{doc.section.line}: `{path}` has no row for {key.name} "
-                              f"({key.path})")  # fmt: skip
+                errors.append(
+                    f"{SOURCE}:{doc.section.line}: `{path}` has no row for {key.name} ({key.path})"
+                )
                 continue
             shown = _DOC_DEFAULT.match(row.default)
             if shown and not key.nested:
                 model = yaml_value(key.default, octal="octal" in row.type)
                 if not _same(shown[1], model):
-                    errors.append(f"{SOURCE}: {key.path}: the docs' default is {shown[1]}, "
-                                  f"the model's {model}")  # fmt: skip
+                    errors.append(
+                        f"{SOURCE}: {key.path}: the docs' default is {shown[1]}, "
+                        f"the model's {model}"
+                    )
         for name in doc.rows.keys() - {k.name for k in sec.keys}:
-            errors.append(f"{SOURCE}:{doc.section.line}: `{path}` documents {name}, "
-                          "which the schema does not have")  # fmt: skip
+            errors.append(
+                f"{SOURCE}:{doc.section.line}: `{path}` documents {name}, "
+                "which the schema does not have"
+            )
     for path in docs.keys() - ours.keys():
-        errors.append(f"{SOURCE}:{docs[path].section.line}: a section `{path}`, which the schema "
-                      "does not have")  # fmt: skip
+        errors.append(
+            f"{SOURCE}:{docs[path].section.line}: a section `{path}`, which the schema "
+            "does not have"
+        )
     if errors:
         raise md.DocError("\n".join(errors))
     return docs
@@ -268,8 +279,12 @@ def _write_prose_keys(
         leaves = by_path[key.path].keys
         tag = ", ".join(roff.bold(leaf.path) for leaf in leaves)
         shown = sorted({yaml_value(leaf.default) for leaf in leaves})
-        page.tp(tag, f"The keys of {roff.bold(key.path)}; default "
-                + ", ".join(roff.bold(s) for s in shown) + ".")  # fmt: skip
+        page.tp(
+            tag,
+            f"The keys of {roff.bold(key.path)}; default "
+            + ", ".join(roff.bold(s) for s in shown)
+            + ".",
+        )
         assert not any(leaf.nested for leaf in leaves), "deeper nesting: write it here"
 
 

@@ -125,9 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     warmup = args.warmup if args.warmup is not None else min(args.seconds / 4, 60.0)
     opts = Options(
-        args.clients, args.seconds, faults, seed, args.depth, warmup,
-        args.json_out, args.max_rss_growth, args.keep, args.codec, left_out,
-    )  # fmt: skip
+        args.clients,
+        args.seconds,
+        faults,
+        seed,
+        args.depth,
+        warmup,
+        args.json_out,
+        args.max_rss_growth,
+        args.keep,
+        args.codec,
+        left_out,
+    )
     workdir = Path(tempfile.mkdtemp(prefix="verld-soak-"))
     try:
         report = asyncio.run(soak(opts, workdir))

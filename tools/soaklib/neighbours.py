@@ -73,14 +73,15 @@ def run(
     if not have_mosquitto():
         skipped = [c.id for c in cases if c.front == "mqtt"]
         cases = [c for c in cases if c.front != "mqtt"]
-        print(f"tools/soak: mosquitto is not installed: {len(skipped)} MQTT cases left out",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"tools/soak: mosquitto is not installed: {len(skipped)} MQTT cases left out",
+            file=sys.stderr,
+        )
     workdir = Path(tempfile.mkdtemp(prefix="verld-nb-"))
     pool = nb.RigPool(workdir)
     results: list[dict[str, Any]] = []
     started = time.monotonic()
-    print(f"verld neighbours: {len(cases)} cases x {seconds:g} s, verld {__version__}",
-          flush=True)  # fmt: skip
+    print(f"verld neighbours: {len(cases)} cases x {seconds:g} s, verld {__version__}", flush=True)
     try:
         for i, case in enumerate(cases, 1):
             t0 = time.monotonic()
@@ -93,8 +94,11 @@ def run(
                 pool.stop()  # and the next case starts afresh
             results.append(result)
             mark = "ok" if result["clean"] else "NOT CLEAN"
-            print(f"  [{i}/{len(cases)}] {case.id}: {mark} ({time.monotonic() - t0:.1f} s)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"  [{i}/{len(cases)}] {case.id}: {mark} ({time.monotonic() - t0:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
             if not result["clean"]:
                 print(indent(text), file=sys.stderr, flush=True)
     finally:
@@ -124,9 +128,23 @@ def run(
 
 
 def failed_case(case_id: str, seconds: float, problem: str) -> dict[str, Any]:
-    return {"case": case_id, "seconds": seconds, "calls": 0, "ok": 0, "wrong": 0, "lost": 0,
-            "dropped": 0, "late": 0, "allowed": {}, "errors": {}, "p50_ms": None,
-            "p99_ms": None, "max_ms": None, "problem": problem, "clean": False}  # fmt: skip
+    return {
+        "case": case_id,
+        "seconds": seconds,
+        "calls": 0,
+        "ok": 0,
+        "wrong": 0,
+        "lost": 0,
+        "dropped": 0,
+        "late": 0,
+        "allowed": {},
+        "errors": {},
+        "p50_ms": None,
+        "p99_ms": None,
+        "max_ms": None,
+        "problem": problem,
+        "clean": False,
+    }
 
 
 def indent(text: str) -> str:
@@ -135,8 +153,10 @@ def indent(text: str) -> str:
 
 def render(results: list[dict[str, Any]]) -> str:
     """The table: codec × front × neighbour → calls, wrong, dropped, lost, p99."""
-    head = (f"{'codec':<12}{'front':<8}{'neighbour':<13}{'calls':>7}{'wrong':>7}"
-            f"{'dropped':>9}{'lost':>6}{'p99 ms':>9}  documented errors")  # fmt: skip
+    head = (
+        f"{'codec':<12}{'front':<8}{'neighbour':<13}{'calls':>7}{'wrong':>7}"
+        f"{'dropped':>9}{'lost':>6}{'p99 ms':>9}  documented errors"
+    )
     lines = [head]
     for r in results:
         variant, front, behaviour = r["case"].split("/")
@@ -157,10 +177,14 @@ def render(results: list[dict[str, Any]]) -> str:
 def verld_note(behaviour: str, daemon: dict[str, Any], neighbour: dict[str, Any]) -> str:
     """What the text neighbours are about, beside the table's columns."""
     if behaviour == "late_answer":
-        return (f"verld: late lines {daemon.get('late_lines', 0)}, stale "
-                f"{daemon.get('stale', 0)}, timeouts {daemon.get('timeouts', 0)}")  # fmt: skip
+        return (
+            f"verld: late lines {daemon.get('late_lines', 0)}, stale "
+            f"{daemon.get('stale', 0)}, timeouts {daemon.get('timeouts', 0)}"
+        )
     if behaviour == "no_reply":
-        return (f"commands written {neighbour.get('written', 0)}, twice "
-                f"{neighbour.get('duplicated', 0)}; verld: unexpected "
-                f"{daemon.get('unexpected', 0)}")  # fmt: skip
+        return (
+            f"commands written {neighbour.get('written', 0)}, twice "
+            f"{neighbour.get('duplicated', 0)}; verld: unexpected "
+            f"{daemon.get('unexpected', 0)}"
+        )
     return ""

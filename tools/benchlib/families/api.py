@@ -52,44 +52,114 @@ FIGURES = (
     F("calls_p16x8_w32", "calls/s, 16 clients × 8 in flight, window 32", 0, "p16x8_w32.rate"),
     F("calls_check", "calls/s, the checker's load ³", 0, "check16x8.rate"),
     F("cpu_us_c1", "bridge CPU µs/call, 1 lock-step client", 1, "lat32.bridge_cpu_us_per_call"),
-    F("cpu_us_pipelined", "bridge CPU µs/call, pipelined ¹", 1, {
-        "socat": "inflight8.bridge_cpu_us_per_call", "verld": "p16x8_w8.bridge_cpu_us_per_call"}),
-    F("cpu_us_check", "verld CPU µs/call (schedstat), the checker's load ³", 1,
-      "check16x8.bridge_cpu_us_per_call_sched"),
+    F(
+        "cpu_us_pipelined",
+        "bridge CPU µs/call, pipelined ¹",
+        1,
+        {"socat": "inflight8.bridge_cpu_us_per_call", "verld": "p16x8_w8.bridge_cpu_us_per_call"},
+    ),
+    F(
+        "cpu_us_check",
+        "verld CPU µs/call (schedstat), the checker's load ³",
+        1,
+        "check16x8.bridge_cpu_us_per_call_sched",
+    ),
     F("rss_mib_c64", "bridge RSS with 64 clients (MiB)", 1, "c64.rss_kb", ("verld",), 1 / 1024),
     F("ready_s", "start → READY=1 (s)", 3, "ready_s", ("verld",)),
     F("idle_cpu_percent", "idle CPU, % of a core (1 s heartbeat)", 4, "idle:idle.cpu_percent"),
-    F("paced_util_c1", "wire busy when paced, 1 lock-step client (%) ²", 1,
-      "paced:lat32.utilisation_percent"),
-    F("paced_util_c8", "wire busy when paced, 8 clients (%) ²", 1, {
-        "direct": "paced:inflight8.utilisation_percent", "verld": "paced:c8.utilisation_percent"}),
-)  # fmt: skip
+    F(
+        "paced_util_c1",
+        "wire busy when paced, 1 lock-step client (%) ²",
+        1,
+        "paced:lat32.utilisation_percent",
+    ),
+    F(
+        "paced_util_c8",
+        "wire busy when paced, 8 clients (%) ²",
+        1,
+        {"direct": "paced:inflight8.utilisation_percent", "verld": "paced:c8.utilisation_percent"},
+    ),
+)
 P50, RATE8 = "direct.lat32.latency_us.p50", "direct.inflight8.rate"
-LOCK = Target("verld p50 / direct p50, lock-step 32 B", "target", "<=", 2.0, "×",
-              ratio("verld.lat32.latency_us.p50", P50))  # fmt: skip
-CHECK_RATIO = Target("verld, the checker's load / direct 8 in flight, calls/s", "info", ">=",
-                     0.7, "×", ratio("verld.check16x8.rate", RATE8))  # fmt: skip
-CHECK_CPU = Target("verld CPU per call (schedstat), the checker's load", "aim", "<=", 25.0, "µs",
-                   fig("verld", "cpu_us_check"))  # fmt: skip
+LOCK = Target(
+    "verld p50 / direct p50, lock-step 32 B",
+    "target",
+    "<=",
+    2.0,
+    "×",
+    ratio("verld.lat32.latency_us.p50", P50),
+)
+CHECK_RATIO = Target(
+    "verld, the checker's load / direct 8 in flight, calls/s",
+    "info",
+    ">=",
+    0.7,
+    "×",
+    ratio("verld.check16x8.rate", RATE8),
+)
+CHECK_CPU = Target(
+    "verld CPU per call (schedstat), the checker's load",
+    "aim",
+    "<=",
+    25.0,
+    "µs",
+    fig("verld", "cpu_us_check"),
+)
 TARGETS = (
     LOCK,
-    Target("verld 16×8 window 8 / direct 8 in flight, calls/s", "target", ">=", 0.7, "×",
-           ratio("verld.p16x8_w8.rate", RATE8)),
+    Target(
+        "verld 16×8 window 8 / direct 8 in flight, calls/s",
+        "target",
+        ">=",
+        0.7,
+        "×",
+        ratio("verld.p16x8_w8.rate", RATE8),
+    ),
     CHECK_RATIO,
-    Target("verld 16×8 window 32 / direct 8 in flight, calls/s", "info", ">=", 0.7, "×",
-           ratio("verld.p16x8_w32.rate", RATE8)),
-    Target("socat p50 / direct p50, lock-step 32 B", "info", "<=", 2.0, "×",
-           ratio("socat.lat32.latency_us.p50", P50)),
-    Target("paced wire busy, 8 clients through verld", "target", ">=", 95.0, "%",
-           fig("verld", "paced_util_c8")),
-    Target("idle CPU with a 1 s heartbeat", "target", "<=", 0.1, "% of a core",
-           fig("verld", "idle_cpu_percent")),
-    Target("verld CPU per call, 16×8 window 8", "aim", "<=", 25.0, "µs",
-           fig("verld", "cpu_us_pipelined")),
+    Target(
+        "verld 16×8 window 32 / direct 8 in flight, calls/s",
+        "info",
+        ">=",
+        0.7,
+        "×",
+        ratio("verld.p16x8_w32.rate", RATE8),
+    ),
+    Target(
+        "socat p50 / direct p50, lock-step 32 B",
+        "info",
+        "<=",
+        2.0,
+        "×",
+        ratio("socat.lat32.latency_us.p50", P50),
+    ),
+    Target(
+        "paced wire busy, 8 clients through verld",
+        "target",
+        ">=",
+        95.0,
+        "%",
+        fig("verld", "paced_util_c8"),
+    ),
+    Target(
+        "idle CPU with a 1 s heartbeat",
+        "target",
+        "<=",
+        0.1,
+        "% of a core",
+        fig("verld", "idle_cpu_percent"),
+    ),
+    Target(
+        "verld CPU per call, 16×8 window 8",
+        "aim",
+        "<=",
+        25.0,
+        "µs",
+        fig("verld", "cpu_us_pipelined"),
+    ),
     CHECK_CPU,
     Target("verld RSS with 64 clients", "aim", "<=", 40.0, "MiB", fig("verld", "rss_mib_c64")),
     Target("verld start → READY=1", "aim", "<=", 0.5, "s", fig("verld", "ready_s")),
-)  # fmt: skip
+)
 
 
 def direct_then_alternate(paths: list[str], number: int) -> list[str]:
@@ -115,16 +185,25 @@ class Api(Family):
 
     def socat(self, run: Run) -> Bridge:
         sock = str(run.dir("socat")) + ".sock"
-        relay = Server(run.procs, ["socat", f"UNIX-LISTEN:{sock}",
-                                   f"FILE:{FsPath(self.sim.link).resolve()},raw,echo=0"],
-                       run.tmp / "socat.log", sock=sock)  # fmt: skip
+        relay = Server(
+            run.procs,
+            ["socat", f"UNIX-LISTEN:{sock}", f"FILE:{FsPath(self.sim.link).resolve()},raw,echo=0"],
+            run.tmp / "socat.log",
+            sock=sock,
+        )
         return Bridge("unix", sock, {"bridge": [relay.pid], "sim": [self.sim.pid]}, stop=relay.stop)
 
     def verld(self, window: int, checkout: FsPath | None = None) -> Any:
         def start(run: Run) -> Bridge:
             d = Verld(run.procs, run.dir("verld"), verl_config(self.sim.link, window), checkout)
-            return Bridge("api", d.socket, {"bridge": [d.pid], "sim": [self.sim.pid]},
-                          [d], stop=d.stop, ready_s=d.ready_s)  # fmt: skip
+            return Bridge(
+                "api",
+                d.socket,
+                {"bridge": [d.pid], "sim": [self.sim.pid]},
+                [d],
+                stop=d.stop,
+                ready_s=d.ready_s,
+            )
 
         return start
 
@@ -136,16 +215,32 @@ class Api(Family):
                 Leg(self.verld(32), (Echo("p16x8", 16, 8),), suffix="_w32"),
             ),
         )
-        out = [Phase("rounds", (
-            Path("direct", (Leg(self.direct, (LAT32, LAT1K, INFLIGHT8)),)),
-            Path("socat", (Leg(self.socat, (LAT32, LAT1K, INFLIGHT8), fresh=True),), "socat"),
-            verld,
-        ))]  # fmt: skip
+        out = [
+            Phase(
+                "rounds",
+                (
+                    Path("direct", (Leg(self.direct, (LAT32, LAT1K, INFLIGHT8)),)),
+                    Path(
+                        "socat", (Leg(self.socat, (LAT32, LAT1K, INFLIGHT8), fresh=True),), "socat"
+                    ),
+                    verld,
+                ),
+            )
+        ]
         if self.baud:
-            out.append(Phase("paced", (
-                Path("direct", (Leg(self.direct, (LAT32, INFLIGHT8)),)),
-                Path("verld", (Leg(self.verld(8), (LAT32, C8)),)),
-            ), timing="paced", enter=self.pace, leave=self.unpace, after=self._wire))  # fmt: skip
+            out.append(
+                Phase(
+                    "paced",
+                    (
+                        Path("direct", (Leg(self.direct, (LAT32, INFLIGHT8)),)),
+                        Path("verld", (Leg(self.verld(8), (LAT32, C8)),)),
+                    ),
+                    timing="paced",
+                    enter=self.pace,
+                    leave=self.unpace,
+                    after=self._wire,
+                )
+            )
         if getattr(run.options, "idle_seconds", 0):
             out.append(Phase("idle", (Path("verld", run=self.idle),), rounds=1))
         return out
@@ -181,11 +276,16 @@ class Api(Family):
         assert used is not None
         if pings < seconds / 2 - 1:
             run.errors.append(f"idle: only {pings} heartbeat pings in {seconds:g} s")
-        return {"idle": {
-            "seconds": round(wall, 3), "cpu_percent": round(used.sched * 100 / wall, 4),
-            "cpu_percent_stat": round(used.stat * 100 / wall, 3), "pings": pings,
-            "rss_kb": memory.get("VmRSS"), "ready_s": round(daemon.ready_s, 4),
-        }}  # fmt: skip
+        return {
+            "idle": {
+                "seconds": round(wall, 3),
+                "cpu_percent": round(used.sched * 100 / wall, 4),
+                "cpu_percent_stat": round(used.stat * 100 / wall, 3),
+                "pings": pings,
+                "rss_kb": memory.get("VmRSS"),
+                "ready_s": round(daemon.ready_s, 4),
+            }
+        }
 
     def info(self, run: Run) -> dict[str, Any]:
         from benchlib.cli import output

@@ -51,29 +51,73 @@ FIGURES = (
     F("server_pct_fleet", "server CPU, % of a core, 4 × 8 ¹", 1, "fleet{n}.server_cpu_percent"),
     F("broker_us_fleet", "mosquitto CPU µs/call, 4 × 8", 1, "fleet{n}.broker_cpu_us_per_call"),
     F("broker_pct_fleet", "mosquitto CPU, % of a core, 4 × 8", 1, "fleet{n}.broker_cpu_percent"),
-    F("verld_us_fleet", "verld CPU µs/call (all daemons), 4 × 8", 1,
-      "fleet{n}.verld_cpu_us_per_call", ("direct", "mqtt")),
+    F(
+        "verld_us_fleet",
+        "verld CPU µs/call (all daemons), 4 × 8",
+        1,
+        "fleet{n}.verld_cpu_us_per_call",
+        ("direct", "mqtt"),
+    ),
     F("gen_us_fleet", "generator CPU µs/call, 4 × 8", 1, "fleet{n}.gen_cpu_us_per_call"),
-    F("ent_cpu_pct", "entities ({ent_devices} devices × {ent_per} every {ent_every:g} s): bridge "
-      "CPU, % of a core", 1, "entities:polls.cpu_percent", ("mqtt",)),
+    F(
+        "ent_cpu_pct",
+        "entities ({ent_devices} devices × {ent_per} every {ent_every:g} s): bridge "
+        "CPU, % of a core",
+        1,
+        "entities:polls.cpu_percent",
+        ("mqtt",),
+    ),
     F("ent_cpu_us", "  bridge CPU µs per poll", 1, "entities:polls.cpu_us_per_poll", ("mqtt",)),
     F("ent_rate", "  values published per second", 0, "entities:polls.rate", ("mqtt",)),
     F("ent_rss_mib", "  bridge RSS (MiB)", 1, "entities:polls.rss_mib", ("mqtt",)),
-)  # fmt: skip
+)
 P50 = "{path}.lock.latency_us.p50"
 TARGETS = (
-    Target("(mqtt p50 − echo p50) / direct p50, lock-step", "target", "<=", 1.5, "×",
-           ratio("mqtt.lock.latency_us.p50", "direct.lock.latency_us.p50",
-                 minus="echo.lock.latency_us.p50")),
-    Target("bridge RSS with {rss_devices} devices", "target", "<", 100.0, "MB",
-           lambda section, figs: (get(section, "info", "memory", "after_calls_mb"), [])),
-    Target("mqtt p50 / direct p50, lock-step", "info", "<=", 2.5, "×",
-           ratio("mqtt.lock.latency_us.p50", "direct.lock.latency_us.p50")),
-    Target("mqtt / echo calls/s, 4 × 8 over {n} devices", "info", ">=", 0.5, "×",
-           ratio("mqtt.fleet{n}.rate", "echo.fleet{n}.rate")),
-    Target("mqtt / direct calls/s, 4 × 8 over {n} devices", "info", ">=", 0.5, "×",
-           ratio("mqtt.fleet{n}.rate", "direct.fleet{n}.rate")),
-)  # fmt: skip
+    Target(
+        "(mqtt p50 − echo p50) / direct p50, lock-step",
+        "target",
+        "<=",
+        1.5,
+        "×",
+        ratio(
+            "mqtt.lock.latency_us.p50",
+            "direct.lock.latency_us.p50",
+            minus="echo.lock.latency_us.p50",
+        ),
+    ),
+    Target(
+        "bridge RSS with {rss_devices} devices",
+        "target",
+        "<",
+        100.0,
+        "MB",
+        lambda section, figs: (get(section, "info", "memory", "after_calls_mb"), []),
+    ),
+    Target(
+        "mqtt p50 / direct p50, lock-step",
+        "info",
+        "<=",
+        2.5,
+        "×",
+        ratio("mqtt.lock.latency_us.p50", "direct.lock.latency_us.p50"),
+    ),
+    Target(
+        "mqtt / echo calls/s, 4 × 8 over {n} devices",
+        "info",
+        ">=",
+        0.5,
+        "×",
+        ratio("mqtt.fleet{n}.rate", "echo.fleet{n}.rate"),
+    ),
+    Target(
+        "mqtt / direct calls/s, 4 × 8 over {n} devices",
+        "info",
+        ">=",
+        0.5,
+        "×",
+        ratio("mqtt.fleet{n}.rate", "direct.fleet{n}.rate"),
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -87,9 +131,15 @@ class Callers(Load):
 
     def gens(self, run: Run, bridge: Bridge) -> list[tuple[str, str, str]]:
         tag = str(run.seed())
-        spec = FleetSpec(bridge.kind, bridge.extra["targets"](self.devices), self.callers,
-                         self.inflight, port=bridge.extra.get("port", 0),
-                         reply_base=f"bench/reply/{tag}", tag=tag)  # fmt: skip
+        spec = FleetSpec(
+            bridge.kind,
+            bridge.extra["targets"](self.devices),
+            self.callers,
+            self.inflight,
+            port=bridge.extra.get("port", 0),
+            reply_base=f"bench/reply/{tag}",
+            tag=tag,
+        )
         return [("mqtt", spec.to_json(), "")]
 
 
@@ -124,8 +174,9 @@ class Fleet(Family):
         self.scale = sorted({1, 4, self.n} & set(range(1, self.n + 1)))
 
     def _bridge(self, run: Run, base: str, devices: int) -> MqttBridge:
-        bridge = MqttBridge(run.procs, run.tmp, self.broker.port, base,
-                            self.devices.first(devices), self.checkout)  # fmt: skip
+        bridge = MqttBridge(
+            run.procs, run.tmp, self.broker.port, base, self.devices.first(devices), self.checkout
+        )
         watcher = Watcher(self.broker.port, base)
         try:
             watcher.wait_up(self.devices.names(devices), 30 + devices, bridge)
@@ -161,12 +212,17 @@ class Fleet(Family):
     def phases(self, run: Run) -> list[Phase]:
         mine, scaled = (LOCK, fleet(self.n)), (LOCK, *map(fleet, self.scale))
         return [
-            Phase("rounds", (Path("direct", (Leg(self.via("direct"), mine),)),
-                             Path("mqtt", (Leg(self.via("mqtt"), scaled),)),
-                             Path("echo", (Leg(self.via("echo"), mine),)))),
+            Phase(
+                "rounds",
+                (
+                    Path("direct", (Leg(self.via("direct"), mine),)),
+                    Path("mqtt", (Leg(self.via("mqtt"), scaled),)),
+                    Path("echo", (Leg(self.via("echo"), mine),)),
+                ),
+            ),
             Phase("rss", (Path("mqtt", run=self.rss),), rounds=1),
             Phase("entities", (Path("mqtt", run=self.entities),), rounds=1),
-        ]  # fmt: skip
+        ]
 
     def _check(
         self, run: Run, label: str, out: Result, before: list[Any], after: list[Any]
@@ -179,8 +235,10 @@ class Fleet(Family):
             }
             total += moved["calls_ok"]
             if moved["calls_ok"] != counted.get(name, 0) or moved["calls_failed"]:
-                run.errors.append(f"{label}: verld {name} counted {moved}, the generator got "
-                                   f"{counted.get(name, 0)} replies from it")  # fmt: skip
+                run.errors.append(
+                    f"{label}: verld {name} counted {moved}, the generator got "
+                    f"{counted.get(name, 0)} replies from it"
+                )
         out["verld_calls_ok"] = total
 
     def rss(self, run: Run) -> Result:
@@ -214,8 +272,9 @@ class Fleet(Family):
         self.devices.grow(self.rss_devices, timeout=120)
         devices = list(self.devices.all.values())
         every, window = (0.2, 0.3) if run.quick else (1.0, 10.0)
-        run.say(f"  entities: {len(devices)} devices × {ENT_PER} every {every:g} s, "
-                f"{window:g} s window")  # fmt: skip
+        run.say(
+            f"  entities: {len(devices)} devices × {ENT_PER} every {every:g} s, {window:g} s window"
+        )
         values = Values(self.broker.port, ENT_BASE)
         bridge = EntityBridge(run, self.broker.port, devices, every, self.checkout)
         try:
@@ -229,20 +288,22 @@ class Fleet(Family):
         finally:
             values.close()
             code = bridge.stop()
-        out = _polls(len(devices), every, end.t - start.t, counts, end.since(start, [bridge.pid]),
-                     memory)  # fmt: skip
+        out = _polls(
+            len(devices), every, end.t - start.t, counts, end.since(start, [bridge.pid]), memory
+        )
         self._check_entities(run, out, values.wrong, code, bridge.log_path.read_text())
         return {"polls": out}
 
-    def _check_entities(self, run: Run, out: Result, wrong: list[str], code: int,
-                        log: str) -> None:  # fmt: skip
+    def _check_entities(self, run: Run, out: Result, wrong: list[str], code: int, log: str) -> None:
         if wrong:
             run.errors.append(f"entities: {len(wrong)} wrong values ({'; '.join(wrong[:3])})")
         if out["fewest"] == 0:
             run.errors.append("entities: an entity published no value in the window")
         elif out["values"] < 0.9 * out["expected"]:
-            run.warn(f"entities: {out['values']} values in the window, {out['expected']:.0f} "
-                     "expected (polls skipped on a busy machine?)")  # fmt: skip
+            run.warn(
+                f"entities: {out['values']} values in the window, {out['expected']:.0f} "
+                "expected (polls skipped on a busy machine?)"
+            )
         failed = [line for line in log.splitlines() if '"entity_' in line and "error" in line]
         if failed:
             run.errors.append(f"entities: the bridge logged failed polls: {failed[0][:300]}")
@@ -251,11 +312,16 @@ class Fleet(Family):
 
     def info(self, run: Run) -> dict[str, Any]:
         memory = _memory(self.memory, self.n)
-        return {"n": self.n, "rss_devices": self.rss_devices, "memory": memory,
-                "ent_devices": self.rss_devices, "ent_per": ENT_PER,
-                "ent_every": 0.2 if run.quick else 1.0,
-                "versions": f"mosquitto {self.version}, aiomqtt {metadata.version('aiomqtt')}, "
-                f"paho-mqtt {metadata.version('paho-mqtt')}; {self.n} devices"}  # fmt: skip
+        return {
+            "n": self.n,
+            "rss_devices": self.rss_devices,
+            "memory": memory,
+            "ent_devices": self.rss_devices,
+            "ent_per": ENT_PER,
+            "ent_every": 0.2 if run.quick else 1.0,
+            "versions": f"mosquitto {self.version}, aiomqtt {metadata.version('aiomqtt')}, "
+            f"paho-mqtt {metadata.version('paho-mqtt')}; {self.n} devices",
+        }
 
     def notes(self, section: dict[str, Any], md: bool) -> list[str]:
         """mqtt calls/s by devices behind one bridge, and the bridge's memory."""
@@ -303,27 +369,48 @@ class Fleet(Family):
                 "",
                 *[f"- {x}" for x in mem],
             ]
-        return ["", "mqtt (4 callers × 8 in flight) by devices behind one bridge:",
-                "  ".join(f"{h:>8}" for h in head),
-                *["  ".join(f"{c:>8}" for c in row) for row in cells],
-                "", *mem]  # fmt: skip
+        return [
+            "",
+            "mqtt (4 callers × 8 in flight) by devices behind one bridge:",
+            "  ".join(f"{h:>8}" for h in head),
+            *["  ".join(f"{c:>8}" for c in row) for row in cells],
+            "",
+            *mem,
+        ]
 
 
 class EntityBridge(MqttBridge):
     """verld-mqtt polling ENT_PER sensors on each device every `every` s, and nothing else:
     entity k of a device echoes k as 4 bytes (verl opcode 01), decoded as a uint32."""
 
-    def __init__(self, run: Run, port: int, devices: list[Device], every: float,
-                 checkout: FsPath | None) -> None:  # fmt: skip
+    def __init__(
+        self, run: Run, port: int, devices: list[Device], every: float, checkout: FsPath | None
+    ) -> None:
         self.procs, self.base = run.procs, ENT_BASE
-        entities = [{"device": d.name, "name": f"v{k}", "kind": "sensor", "every": every,
-                     "poll": {"hex": f"01{k:08x}"}, "value": {"offset": 0, "type": "uint32"}}
-                    for d in devices for k in range(ENT_PER)]  # fmt: skip
+        entities = [
+            {
+                "device": d.name,
+                "name": f"v{k}",
+                "kind": "sensor",
+                "every": every,
+                "poll": {"hex": f"01{k:08x}"},
+                "value": {"offset": 0, "type": "uint32"},
+            }
+            for d in devices
+            for k in range(ENT_PER)
+        ]
         self.config, self.log_path = run.tmp / "entities.yaml", run.tmp / "entities.log"
-        self.config.write_text(yaml.safe_dump({
-            "broker": {"host": "127.0.0.1", "port": port, "client_id": "bench-entities"},
-            "base": ENT_BASE, "devices": {d.name: d.socket for d in devices},
-            "entities": entities, "log": {"level": "INFO", "format": "json"}}))  # fmt: skip
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "broker": {"host": "127.0.0.1", "port": port, "client_id": "bench-entities"},
+                    "base": ENT_BASE,
+                    "devices": {d.name: d.socket for d in devices},
+                    "entities": entities,
+                    "log": {"level": "INFO", "format": "json"},
+                }
+            )
+        )
         argv = [*verld_command(checkout, "verld.mqtt"), "--config", str(self.config)]
         with open(self.log_path, "ab") as out:
             self.proc = run.procs.spawn(argv, stdout=out, stderr=subprocess.STDOUT)
@@ -360,14 +447,17 @@ class Values(Watcher):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if bridge.proc.poll() is not None:
-                raise BenchError(f"verld-mqtt exited {bridge.proc.returncode}:\n"
-                                 f"{bridge.log_tail()}")  # fmt: skip
+                raise BenchError(
+                    f"verld-mqtt exited {bridge.proc.returncode}:\n{bridge.log_tail()}"
+                )
             with self._lock:
                 if len(self.seen) >= n:
                     return
             time.sleep(0.01)
-        raise BenchError(f"entities: values of {len(self.seen)} of {n} entities within "
-                         f"{timeout:g} s\n{bridge.log_tail()}")  # fmt: skip
+        raise BenchError(
+            f"entities: values of {len(self.seen)} of {n} entities within "
+            f"{timeout:g} s\n{bridge.log_tail()}"
+        )
 
     def counted(self, t0: float, t1: float) -> dict[str, int]:
         """Values that arrived between `t0` and `t1` (monotonic), by topic."""
@@ -379,19 +469,31 @@ class Values(Watcher):
         super().close()
 
 
-def _polls(devices: int, every: float, window: float, counts: dict[str, int], used: Any,
-           memory: dict[str, int]) -> Result:  # fmt: skip
+def _polls(
+    devices: int,
+    every: float,
+    window: float,
+    counts: dict[str, int],
+    used: Any,
+    memory: dict[str, int],
+) -> Result:
     """The entities phase's figures: values in the window, the bridge's CPU and memory."""
     n = sum(counts.values())
     return {
-        "devices": devices, "per_device": ENT_PER, "every_s": every, "window_s": round(window, 3),
-        "values": n, "expected": round(devices * ENT_PER * window / every, 1),
-        "fewest": min(counts.values(), default=0), "rate": round(n / window, 1),
+        "devices": devices,
+        "per_device": ENT_PER,
+        "every_s": every,
+        "window_s": round(window, 3),
+        "values": n,
+        "expected": round(devices * ENT_PER * window / every, 1),
+        "fewest": min(counts.values(), default=0),
+        "rate": round(n / window, 1),
         "cpu_percent": round(used.sched * 100 / window, 2) if used else None,
         "cpu_us_per_poll": round(used.sched * 1e6 / max(1, n), 1) if used else None,
         "cpu_us_per_poll_stat": round(used.stat * 1e6 / max(1, n), 1) if used else None,
-        "rss_mib": round(memory["VmRSS"] / 1024, 2), "hwm_mib": round(memory["VmHWM"] / 1024, 2),
-    }  # fmt: skip
+        "rss_mib": round(memory["VmRSS"] / 1024, 2),
+        "hwm_mib": round(memory["VmHWM"] / 1024, 2),
+    }
 
 
 def _memory(m: dict[str, Any], round_n: int) -> dict[str, Any]:
@@ -402,14 +504,17 @@ def _memory(m: dict[str, Any], round_n: int) -> dict[str, Any]:
     after, connected = m["after_calls"]["VmRSS"], m["connected"]["VmRSS"]
     slope = (connected - m["round_connected"]["VmRSS"]) / (n - round_n) if n > round_n else None
     return {
-        "devices": n, "round_devices": round_n,
+        "devices": n,
+        "round_devices": round_n,
         "round_connected_mib": round(m["round_connected"]["VmRSS"] / mib, 2),
         "round_mib": round(m["round_bridge"]["VmRSS"] / mib, 2),
-        "connected_mib": round(connected / mib, 2), "after_calls_mib": round(after / mib, 2),
+        "connected_mib": round(connected / mib, 2),
+        "after_calls_mib": round(after / mib, 2),
         "hwm_mib": round(m["after_calls"]["VmHWM"] / mib, 2),
         "after_calls_mb": round(after * 1024 / 1e6, 2),
-        "per_device_kib": round(slope, 1) if slope is not None else None, "note": m.get("note"),
-    }  # fmt: skip
+        "per_device_kib": round(slope, 1) if slope is not None else None,
+        "note": m.get("note"),
+    }
 
 
 def _memory_lines(m: dict[str, Any]) -> list[str]:
@@ -424,8 +529,10 @@ def _memory_lines(m: dict[str, Any]) -> list[str]:
         f"(peak {m['hwm_mib']:.1f} MiB)",
     ]
     if m["per_device_kib"] is not None:
-        lines.append(f"≈ {m['per_device_kib']:.0f} KiB more per device, once connected "
-                     f"({m['round_devices']} → {m['devices']} devices)")  # fmt: skip
+        lines.append(
+            f"≈ {m['per_device_kib']:.0f} KiB more per device, once connected "
+            f"({m['round_devices']} → {m['devices']} devices)"
+        )
     return lines + ([f"NOTE: {m['note']}"] if m.get("note") else [])
 
 

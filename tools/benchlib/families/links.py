@@ -43,15 +43,27 @@ EACH = (
     ("lat{n}_p50_us", "lock-step {what} call, p50 (µs) {note}", 1, "latency_us.p50"),
     ("lat{n}_p99_us", "lock-step {what} call, p99 (µs) {note}", 1, "latency_us.p99"),
     ("calls_{n}", "calls/s, lock-step {what} {note}", 0, "rate"),
-    ("verld_cpu_us_{n}", "verld CPU µs/call, lock-step {what} ²", 1,
-     "bridge_cpu_us_per_call_sched"),
+    (
+        "verld_cpu_us_{n}",
+        "verld CPU µs/call, lock-step {what} ²",
+        1,
+        "bridge_cpu_us_per_call_sched",
+    ),
     ("verld_user_us_{n}", "  of which user time (µs/call, stat) ²", 1, "bridge_user_us_per_call"),
-    ("verld_system_us_{n}", "  of which system time (µs/call, stat) ²", 1,
-     "bridge_system_us_per_call"),
-    ("ser2net_cpu_us_{n}", "ser2net CPU µs/call, lock-step {what} ²", 1,
-     "ser2net_cpu_us_per_call_sched"),
+    (
+        "verld_system_us_{n}",
+        "  of which system time (µs/call, stat) ²",
+        1,
+        "bridge_system_us_per_call",
+    ),
+    (
+        "ser2net_cpu_us_{n}",
+        "ser2net CPU µs/call, lock-step {what} ²",
+        1,
+        "ser2net_cpu_us_per_call_sched",
+    ),
     ("sim_cpu_us_{n}", "sim CPU µs/call, lock-step {what} ²", 1, "sim_cpu_us_per_call_sched"),
-)  # fmt: skip
+)
 FIGURES = (
     *(
         Figure(key.format(n=n), label.format(what=what, note=note), digits, f"lat{n}.{src}")
@@ -71,18 +83,36 @@ AGAINST_TCP = (
     ("/ tcp verld CPU per call via ser2net", "lat1k", "bridge_cpu_us_per_call_sched"),
 )
 SIZE = {"lat32": "32 B", "lat1k": "1 KiB"}
-LOCK = Target("rfc2217 p50 / direct p50 via ser2net, lock-step 32 B", "info", "<=", 3.0, "×",
-              ratio(f"rfc2217.lat32.{P50}", f"direct.lat32.{P50}"))  # fmt: skip
+LOCK = Target(
+    "rfc2217 p50 / direct p50 via ser2net, lock-step 32 B",
+    "info",
+    "<=",
+    3.0,
+    "×",
+    ratio(f"rfc2217.lat32.{P50}", f"direct.lat32.{P50}"),
+)
 TARGETS = (
     *(
-        Target(f"rfc2217 {what}, lock-step {SIZE[load]}", "info", "<=", 1.1, "×",
-               ratio(f"rfc2217.{load}.{key}", f"tcp.{load}.{key}"))
+        Target(
+            f"rfc2217 {what}, lock-step {SIZE[load]}",
+            "info",
+            "<=",
+            1.1,
+            "×",
+            ratio(f"rfc2217.{load}.{key}", f"tcp.{load}.{key}"),
+        )
         for what, load, key in AGAINST_TCP
     ),
-    Target("tcp p50 via ser2net / verld p50 on a pty link, lock-step 32 B", "info", "<=", 1.5,
-           "×", ratio(f"tcp.lat32.{P50}", f"verld.lat32.{P50}")),
+    Target(
+        "tcp p50 via ser2net / verld p50 on a pty link, lock-step 32 B",
+        "info",
+        "<=",
+        1.5,
+        "×",
+        ratio(f"tcp.lat32.{P50}", f"verld.lat32.{P50}"),
+    ),
     LOCK,
-)  # fmt: skip
+)
 
 NOTES = (
     "¹ the bench's blocking lock-step client: write(2) the request, block in read(2) until "
@@ -114,8 +144,9 @@ class Links(Family):
             relay: Server | None = None
             device = self.sim.link
             if scheme:
-                relay, port = start_ser2net(run, self.sim.link, chardelay=False, nodelay=True,
-                                            rfc2217=scheme == "rfc2217")  # fmt: skip
+                relay, port = start_ser2net(
+                    run, self.sim.link, chardelay=False, nodelay=True, rfc2217=scheme == "rfc2217"
+                )
                 device = f"{scheme}://127.0.0.1:{port}"
             d = Verld(run.procs, run.dir("verld"), verl_config(device, 8), checkout)
             roles = {"bridge": [d.pid], "sim": [self.sim.pid]}
@@ -128,9 +159,16 @@ class Links(Family):
                     relay.stop()
                 return code
 
-            return Bridge("api", d.socket, roles, [d], stop=stop, ready_s=d.ready_s,
-                          times={"open_ms": _open_ms(d)},
-                          extra={"check": lambda *a: _check(run, *a)})  # fmt: skip
+            return Bridge(
+                "api",
+                d.socket,
+                roles,
+                [d],
+                stop=stop,
+                ready_s=d.ready_s,
+                times={"open_ms": _open_ms(d)},
+                extra={"check": lambda *a: _check(run, *a)},
+            )
 
         return start
 

@@ -53,53 +53,135 @@ UNIT, SILENT_UNIT, LOCK_BAUD = 1, 5, 115200
 TIMEOUT, RETRY, OFFLINE_TIMEOUT, OFFLINE_RETRY = 0.5, 1, 0.2, 1
 F = Figure
 FIGURES = (
-    *(F(f"lock_{q}_us", f"lock-step, pymodbus client, {q} (µs)", 1, f"lock_py.latency_us.{q}")
-      for q in ("p50", "p90", "p99")),
+    *(
+        F(f"lock_{q}_us", f"lock-step, pymodbus client, {q} (µs)", 1, f"lock_py.latency_us.{q}")
+        for q in ("p50", "p90", "p99")
+    ),
     F("lock_calls", "calls/s, 1 lock-step pymodbus client", 0, "lock_py.rate"),
-    *(F(f"raw_{q}_us", f"lock-step, raw client, {q} (µs) ¹", 1, f"lock_raw.latency_us.{q}")
-      for q in ("p50", "p90", "p99")),
-    F("cpu_us_lock", "gateway CPU µs/call, lock-step raw client ⁴", 1,
-      "lock_raw.bridge_cpu_us_per_call_sched"),
+    *(
+        F(f"raw_{q}_us", f"lock-step, raw client, {q} (µs) ¹", 1, f"lock_raw.latency_us.{q}")
+        for q in ("p50", "p90", "p99")
+    ),
+    F(
+        "cpu_us_lock",
+        "gateway CPU µs/call, lock-step raw client ⁴",
+        1,
+        "lock_raw.bridge_cpu_us_per_call_sched",
+    ),
     F("paced_calls", "calls/s when paced, 8 masters", 1, "paced:paced8.rate"),
-    F("paced_util", "wire busy when paced, 8 masters (%) ²", 1, {
-        "verld": "paced:paced8.wire_util_percent",
-        "mbusd": "paced:paced8.wire_util_calls_percent"}),
-    F("paced_p50_ms", "latency when paced, 8 masters, p50 (ms)", 1, "paced:paced8.latency_us.p50",
-      scale=1e-3),
-    F("paced_p99_ms", "latency when paced, 8 masters, p99 (ms)", 1, "paced:paced8.latency_us.p99",
-      scale=1e-3),
-    *(F(f"off_{q}_ms", f"offline unit: 3 masters of unit 1, {q} (ms) ³", 2,
-        f"offline:offline.latency_us.{q}", scale=1e-3) for q in ("p50", "p99", "max")),
+    F(
+        "paced_util",
+        "wire busy when paced, 8 masters (%) ²",
+        1,
+        {
+            "verld": "paced:paced8.wire_util_percent",
+            "mbusd": "paced:paced8.wire_util_calls_percent",
+        },
+    ),
+    F(
+        "paced_p50_ms",
+        "latency when paced, 8 masters, p50 (ms)",
+        1,
+        "paced:paced8.latency_us.p50",
+        scale=1e-3,
+    ),
+    F(
+        "paced_p99_ms",
+        "latency when paced, 8 masters, p99 (ms)",
+        1,
+        "paced:paced8.latency_us.p99",
+        scale=1e-3,
+    ),
+    *(
+        F(
+            f"off_{q}_ms",
+            f"offline unit: 3 masters of unit 1, {q} (ms) ³",
+            2,
+            f"offline:offline.latency_us.{q}",
+            scale=1e-3,
+        )
+        for q in ("p50", "p99", "max")
+    ),
     F("off_calls", "offline unit: calls/s of the 3 masters ³", 0, "offline:offline.rate"),
-    F("off_silent_calls", "offline unit: gateway exceptions/s to the 4th ³", 1,
-      "offline:offline.silent.rate"),
-    F("off_cpu_percent", "offline unit: gateway CPU, % of a core ³ ⁴", 1,
-      "offline:offline.bridge_cpu_percent"),
-)  # fmt: skip
+    F(
+        "off_silent_calls",
+        "offline unit: gateway exceptions/s to the 4th ³",
+        1,
+        "offline:offline.silent.rate",
+    ),
+    F(
+        "off_cpu_percent",
+        "offline unit: gateway CPU, % of a core ³ ⁴",
+        1,
+        "offline:offline.bridge_cpu_percent",
+    ),
+)
 
 
 def _p50(path: str, load: str) -> str:
     return f"{path}.{load}.latency_us.p50"
 
 
-LOCK = Target("verld p50 / direct p50, lock-step (pymodbus clients)", "target", "<=", 1.5, "×",
-              ratio(_p50("verld", "lock_py"), _p50("direct", "lock_py")))  # fmt: skip
-RAW = Target("verld p50 / direct p50, lock-step (raw clients)", "info", "<=", 1.5, "×",
-             ratio(_p50("verld", "lock_raw"), _p50("direct", "lock_raw")))  # fmt: skip
+LOCK = Target(
+    "verld p50 / direct p50, lock-step (pymodbus clients)",
+    "target",
+    "<=",
+    1.5,
+    "×",
+    ratio(_p50("verld", "lock_py"), _p50("direct", "lock_py")),
+)
+RAW = Target(
+    "verld p50 / direct p50, lock-step (raw clients)",
+    "info",
+    "<=",
+    1.5,
+    "×",
+    ratio(_p50("verld", "lock_raw"), _p50("direct", "lock_raw")),
+)
 TARGETS = (
     LOCK,
-    Target("verld p50 / mbusd p50, lock-step (pymodbus clients)", "target", "<=", 1.0, "×",
-           ratio(_p50("verld", "lock_py"), _p50("mbusd", "lock_py"))),
+    Target(
+        "verld p50 / mbusd p50, lock-step (pymodbus clients)",
+        "target",
+        "<=",
+        1.0,
+        "×",
+        ratio(_p50("verld", "lock_py"), _p50("mbusd", "lock_py")),
+    ),
     RAW,
-    Target("verld p50 / mbusd p50, lock-step (raw clients)", "info", "<=", 1.0, "×",
-           ratio(_p50("verld", "lock_raw"), _p50("mbusd", "lock_raw"))),
-    Target("paced wire busy, 8 masters through verld", "target", ">=", 90.0, "%",
-           fig("verld", "paced_util")),
-    Target("verld / mbusd calls/s, paced, 8 masters", "target", ">=", 1.0, "×",
-           ratio("paced:verld.paced8.rate", "paced:mbusd.paced8.rate")),
-    Target("offline unit: verld p99 / mbusd p99, 3 masters", "info", "<=", 1.0, "×",
-           ratio("offline:verld.offline.latency_us.p99", "offline:mbusd.offline.latency_us.p99")),
-)  # fmt: skip
+    Target(
+        "verld p50 / mbusd p50, lock-step (raw clients)",
+        "info",
+        "<=",
+        1.0,
+        "×",
+        ratio(_p50("verld", "lock_raw"), _p50("mbusd", "lock_raw")),
+    ),
+    Target(
+        "paced wire busy, 8 masters through verld",
+        "target",
+        ">=",
+        90.0,
+        "%",
+        fig("verld", "paced_util"),
+    ),
+    Target(
+        "verld / mbusd calls/s, paced, 8 masters",
+        "target",
+        ">=",
+        1.0,
+        "×",
+        ratio("paced:verld.paced8.rate", "paced:mbusd.paced8.rate"),
+    ),
+    Target(
+        "offline unit: verld p99 / mbusd p99, 3 masters",
+        "info",
+        "<=",
+        1.0,
+        "×",
+        ratio("offline:verld.offline.latency_us.p99", "offline:mbusd.offline.latency_us.p99"),
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -115,10 +197,22 @@ class Masters(Load):
 
     def gens(self, run: Run, bridge: Bridge) -> list[tuple[str, str, str]]:
         transport = "rtu" if bridge.kind == "rtu" else "tcp"
-        one = Master(self.client, transport, bridge.target, unit=UNIT, count=self.registers,
-                     baud=bridge.extra.get("baud", LOCK_BAUD))  # fmt: skip
-        mute = Master(self.client, "tcp", bridge.target, unit=SILENT_UNIT, count=self.registers,
-                      expect="gateway-exception")  # fmt: skip
+        one = Master(
+            self.client,
+            transport,
+            bridge.target,
+            unit=UNIT,
+            count=self.registers,
+            baud=bridge.extra.get("baud", LOCK_BAUD),
+        )
+        mute = Master(
+            self.client,
+            "tcp",
+            bridge.target,
+            unit=SILENT_UNIT,
+            count=self.registers,
+            expect="gateway-exception",
+        )
         return [("modbus", one.to_json(), "")] * self.count + [
             ("modbus", mute.to_json(), "silent")
         ] * self.silent
@@ -141,11 +235,14 @@ def build_mbusd(src: str, build: str, log: FsPath) -> MbusdBuild:
     if missing:
         return MbusdBuild(None, "", f"cannot build mbusd: {', '.join(missing)} not installed")
     with open(log, "ab") as out:
-        for step in (["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"],
-                     ["make", "-C", build]):  # fmt: skip
+        for step in (
+            ["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"],
+            ["make", "-C", build],
+        ):
             try:
-                code = subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, timeout=600,
-                                      check=False).returncode  # fmt: skip
+                code = subprocess.run(
+                    step, stdout=out, stderr=subprocess.STDOUT, timeout=600, check=False
+                ).returncode
             except (OSError, subprocess.TimeoutExpired) as exc:
                 return MbusdBuild(None, "", f"mbusd build failed: {' '.join(step)}: {exc}")
             if code != 0:
@@ -159,8 +256,9 @@ def prebuilt_mbusd(binary: str, note: str) -> MbusdBuild:
     if not os.access(binary, os.X_OK):
         return MbusdBuild(None, "", f"{binary} is not an executable mbusd")
     try:
-        out = subprocess.run([binary, "-h"], capture_output=True, text=True, timeout=10,
-                             check=False).stdout  # fmt: skip
+        out = subprocess.run(
+            [binary, "-h"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         return MbusdBuild(None, "", f"{binary} -h failed: {exc}")
     return MbusdBuild(binary, (out.split() or ["mbusd-?"])[0].partition("-")[2] or "?", note)
@@ -183,8 +281,10 @@ class Modbus(Family):
         try:
             import pymodbus
         except ImportError:
-            raise BenchError("the modbus family needs pymodbus (pip install 'pymodbus>=3.11,"
-                               "<4'; it is in the test extra)") from None  # fmt: skip
+            raise BenchError(
+                "the modbus family needs pymodbus (pip install 'pymodbus>=3.11,"
+                "<4'; it is in the test extra)"
+            ) from None
         o = run.options
         self.pymodbus, self.baud = pymodbus.__version__, getattr(o, "modbus_baud", 19200)
         self.registers = getattr(o, "modbus_registers", 10)
@@ -199,8 +299,9 @@ class Modbus(Family):
         if self.mbusd.binary is None:
             run.say(f"modbus: NO mbusd: {self.mbusd.note}; the rounds run without the mbusd path")
             run.warn(f"Modbus rounds without mbusd: {self.mbusd.note}")
-        self.sim = Sim(run.procs, run.tmp, codec="modbus-rtu", extra_args=["--units", "1,2"],
-                       name="mb")  # fmt: skip
+        self.sim = Sim(
+            run.procs, run.tmp, codec="modbus-rtu", extra_args=["--units", "1,2"], name="mb"
+        )
 
     def gateway(
         self, path: str, baud: int, timeout: float, retry: int, checkout: Any = None
@@ -212,25 +313,64 @@ class Modbus(Family):
                 return Bridge("rtu", self.sim.link, roles, extra={"baud": baud})
             if path == "mbusd":
                 assert self.mbusd.binary is not None
-                relay = Server(run.procs, [
-                    self.mbusd.binary, "-d", "-L", "-", "-v2", "-A", "127.0.0.1", "-P", str(port),
-                    "-p", os.path.realpath(self.sim.link), "-s", str(baud), "-m", "8N1", "-R", "1",
-                    "-W", str(round(timeout * 1000)), "-N", str(retry),
-                ], run.dir("mbusd").with_suffix(".log"), port=port)  # fmt: skip
-                return Bridge("tcp", f"127.0.0.1:{port}", {"bridge": [relay.pid], **roles},
-                              stop=relay.stop)  # fmt: skip
+                relay = Server(
+                    run.procs,
+                    [
+                        self.mbusd.binary,
+                        "-d",
+                        "-L",
+                        "-",
+                        "-v2",
+                        "-A",
+                        "127.0.0.1",
+                        "-P",
+                        str(port),
+                        "-p",
+                        os.path.realpath(self.sim.link),
+                        "-s",
+                        str(baud),
+                        "-m",
+                        "8N1",
+                        "-R",
+                        "1",
+                        "-W",
+                        str(round(timeout * 1000)),
+                        "-N",
+                        str(retry),
+                    ],
+                    run.dir("mbusd").with_suffix(".log"),
+                    port=port,
+                )
+                return Bridge(
+                    "tcp", f"127.0.0.1:{port}", {"bridge": [relay.pid], **roles}, stop=relay.stop
+                )
             modbus = {"listen": f"127.0.0.1:{port}", "read_only": True}
             if run.quick and timeout == OFFLINE_TIMEOUT:
                 modbus["offline_after"] = 1  # (--quick: offline after one call, not 3)
             config = {
-                "device": {"port": self.sim.link, "codec": "modbus-rtu", "baudrate": baud,
-                           "parity": "none", "stopbits": 1, "timeout": timeout, "retry": retry},
-                "modbus": modbus, "log": {"level": "INFO", "format": "json"},
-            }  # fmt: skip
+                "device": {
+                    "port": self.sim.link,
+                    "codec": "modbus-rtu",
+                    "baudrate": baud,
+                    "parity": "none",
+                    "stopbits": 1,
+                    "timeout": timeout,
+                    "retry": retry,
+                },
+                "modbus": modbus,
+                "log": {"level": "INFO", "format": "json"},
+            }
             d = Verld(run.procs, run.dir("verld"), config, checkout)
             await_listening(d.proc, port, "verld's Modbus front", d.log_path)
-            return Bridge("tcp", f"127.0.0.1:{port}", {"bridge": [d.pid], **roles}, [d],
-                          window_status=True, stop=d.stop, extra={"check": _units})  # fmt: skip
+            return Bridge(
+                "tcp",
+                f"127.0.0.1:{port}",
+                {"bridge": [d.pid], **roles},
+                [d],
+                window_status=True,
+                stop=d.stop,
+                extra={"check": _units},
+            )
 
         return start
 
@@ -242,14 +382,38 @@ class Modbus(Family):
         gateways = ["verld", *(["mbusd"] if self.mbusd.binary else [])]
         # --quick: raw masters when paced and offline (pymodbus's import is most of a start)
         n, many = self.registers, "raw" if run.quick else "pymodbus"
-        out = [Phase("rounds", self._paths(["direct", *gateways], (
-            Masters("lock_py", "pymodbus", registers=n), Masters("lock_raw", "raw", registers=n),
-        ), LOCK_BAUD, TIMEOUT, RETRY))]  # fmt: skip
+        out = [
+            Phase(
+                "rounds",
+                self._paths(
+                    ["direct", *gateways],
+                    (
+                        Masters("lock_py", "pymodbus", registers=n),
+                        Masters("lock_raw", "raw", registers=n),
+                    ),
+                    LOCK_BAUD,
+                    TIMEOUT,
+                    RETRY,
+                ),
+            )
+        ]
         if self.baud:
-            out.append(Phase("paced", self._paths(gateways, (Masters(
-                "paced8", many, 8, registers=n),), self.baud, TIMEOUT, RETRY),
-                timing=Timing(max(lock.warmup, 0.3), lock.duration * 1.5),
-                enter=self.pace, leave=self.unpace, after=self._wire))  # fmt: skip
+            out.append(
+                Phase(
+                    "paced",
+                    self._paths(
+                        gateways,
+                        (Masters("paced8", many, 8, registers=n),),
+                        self.baud,
+                        TIMEOUT,
+                        RETRY,
+                    ),
+                    timing=Timing(max(lock.warmup, 0.3), lock.duration * 1.5),
+                    enter=self.pace,
+                    leave=self.unpace,
+                    after=self._wire,
+                )
+            )
         settle = 0.7 if run.quick else 2.5  # verld takes unit 5 offline in the warm-up
         out.append(
             Phase(
@@ -270,8 +434,10 @@ class Modbus(Family):
         from benchlib.families.api import direct_then_alternate
 
         loads = (Masters("lock_py", "pymodbus"), Masters("lock_raw", "raw"))
-        paths = [Path(name, (Leg(self.gateway("verld", LOCK_BAUD, TIMEOUT, RETRY, co), loads),))
-                 for name, co in checkouts.items()]  # fmt: skip
+        paths = [
+            Path(name, (Leg(self.gateway("verld", LOCK_BAUD, TIMEOUT, RETRY, co), loads),))
+            for name, co in checkouts.items()
+        ]
         direct = Path("direct", (Leg(self.gateway("direct", LOCK_BAUD, TIMEOUT, RETRY), loads),))
         return Phase("rounds", (direct, *paths), order=direct_then_alternate)
 
@@ -288,12 +454,14 @@ class Modbus(Family):
         mb = self.mbusd
         line = f"mbusd {mb.version} ({mb.note})" if mb.binary else f"**no mbusd path**: {mb.note}"
         return {
-            "baud": self.baud, "registers": self.registers, "wire_bytes_per_call": self.wire_bytes,
-            "pymodbus": self.pymodbus, "mbusd": {"binary": mb.binary, "version": mb.version,
-                                                 "note": mb.note},
+            "baud": self.baud,
+            "registers": self.registers,
+            "wire_bytes_per_call": self.wire_bytes,
+            "pymodbus": self.pymodbus,
+            "mbusd": {"binary": mb.binary, "version": mb.version, "note": mb.note},
             "versions": f"pymodbus {self.pymodbus}, {line}; every call reads {self.registers} "
             "holding registers of unit 1 (fc 3)",
-        }  # fmt: skip
+        }
 
     def notes(self, section: dict[str, Any], md: bool) -> list[str]:
         mb = section["info"]["mbusd"]

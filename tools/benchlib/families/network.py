@@ -42,30 +42,72 @@ FIGURES = (
     F("lat32_p90_us", "lock-step 32 B echo, p90 (µs) ¹", 1, "lat32.latency_us.p90"),
     F("lat32_p99_us", "lock-step 32 B echo, p99 (µs) ¹", 1, "lat32.latency_us.p99"),
     F("calls_c1", "calls/s, 1 lock-step program ¹", 0, "lat32.rate"),
-    F("cpu_us_c1", "bridge CPU µs/call, 1 lock-step program ²", 1,
-      "lat32.bridge_cpu_us_per_call_sched"),
-    F("cpu_user_us_c1", "  of which user time (µs/call, stat) ²", 1,
-      "lat32.bridge_user_us_per_call"),
-    F("cpu_system_us_c1", "  of which system time (µs/call, stat) ²", 1,
-      "lat32.bridge_system_us_per_call"),
-    F("sim_cpu_us_c1", "sim CPU µs/call, 1 lock-step program ²", 1,
-      "lat32.sim_cpu_us_per_call_sched"),
+    F(
+        "cpu_us_c1",
+        "bridge CPU µs/call, 1 lock-step program ²",
+        1,
+        "lat32.bridge_cpu_us_per_call_sched",
+    ),
+    F(
+        "cpu_user_us_c1",
+        "  of which user time (µs/call, stat) ²",
+        1,
+        "lat32.bridge_user_us_per_call",
+    ),
+    F(
+        "cpu_system_us_c1",
+        "  of which system time (µs/call, stat) ²",
+        1,
+        "lat32.bridge_system_us_per_call",
+    ),
+    F(
+        "sim_cpu_us_c1",
+        "sim CPU µs/call, 1 lock-step program ²",
+        1,
+        "lat32.sim_cpu_us_per_call_sched",
+    ),
     F("rss_mib", "bridge RSS after the lock-step window (MiB)", 1, "lat32.rss_kb", scale=1 / 1024),
     F("ready_s", "start → READY=1 (s), 1 network port", 3, "ready_s", ("network",)),
     F("paced_calls", "calls/s when paced, 8 programs on 8 connections", 1, "paced:p8.rate"),
-    F("paced_util", "wire busy when paced, 8 programs on 8 connections (%) ³", 1,
-      "paced:p8.utilisation_percent"),
-    F("paced_util_counters", "the same from verld's bytes_rx counter (%) ³", 1,
-      "paced:p8.utilisation_counters_percent"),
-    F("paced_p50_ms", "latency when paced, 8 programs, p50 (ms)", 2, "paced:p8.latency_us.p50",
-      scale=1e-3),
-    F("paced_p99_ms", "latency when paced, 8 programs, p99 (ms)", 2, "paced:p8.latency_us.p99",
-      scale=1e-3),
-    F("paced_cpu_us", "verld CPU µs/call when paced, 8 programs ²", 1,
-      "paced:p8.bridge_cpu_us_per_call_sched"),
-    F("paced_cpu_percent", "verld CPU when paced, 8 programs (% of a core) ²", 1,
-      "paced:p8.bridge_cpu_percent"),
-)  # fmt: skip
+    F(
+        "paced_util",
+        "wire busy when paced, 8 programs on 8 connections (%) ³",
+        1,
+        "paced:p8.utilisation_percent",
+    ),
+    F(
+        "paced_util_counters",
+        "the same from verld's bytes_rx counter (%) ³",
+        1,
+        "paced:p8.utilisation_counters_percent",
+    ),
+    F(
+        "paced_p50_ms",
+        "latency when paced, 8 programs, p50 (ms)",
+        2,
+        "paced:p8.latency_us.p50",
+        scale=1e-3,
+    ),
+    F(
+        "paced_p99_ms",
+        "latency when paced, 8 programs, p99 (ms)",
+        2,
+        "paced:p8.latency_us.p99",
+        scale=1e-3,
+    ),
+    F(
+        "paced_cpu_us",
+        "verld CPU µs/call when paced, 8 programs ²",
+        1,
+        "paced:p8.bridge_cpu_us_per_call_sched",
+    ),
+    F(
+        "paced_cpu_percent",
+        "verld CPU when paced, 8 programs (% of a core) ²",
+        1,
+        "paced:p8.bridge_cpu_percent",
+    ),
+)
 ND = "ser2net-nd"  #: ser2net with `chardelay: false`
 
 
@@ -77,25 +119,73 @@ def _cpu(path: str) -> str:
     return f"{path}.lat32.bridge_cpu_us_per_call_sched"
 
 
-LOCK = Target("network p50 / direct p50, lock-step 32 B", "info", "<=", 2.5, "×",
-              ratio(_p50("network"), _p50("direct")))  # fmt: skip
+LOCK = Target(
+    "network p50 / direct p50, lock-step 32 B",
+    "info",
+    "<=",
+    2.5,
+    "×",
+    ratio(_p50("network"), _p50("direct")),
+)
 TARGETS = (
-    Target("network p50 / ser2net p50, lock-step 32 B", "target", "<=", 2.0, "×",
-           ratio(_p50("network"), _p50("ser2net"))),
-    Target("paced wire busy, 8 programs on 8 connections", "target", ">=", 95.0, "%",
-           fig("network", "paced_util")),
-    Target("network p50 / ser2net-nd p50 (chardelay off), lock-step 32 B", "info", "<=", 2.0,
-           "×", ratio(_p50("network"), _p50(ND))),
+    Target(
+        "network p50 / ser2net p50, lock-step 32 B",
+        "target",
+        "<=",
+        2.0,
+        "×",
+        ratio(_p50("network"), _p50("ser2net")),
+    ),
+    Target(
+        "paced wire busy, 8 programs on 8 connections",
+        "target",
+        ">=",
+        95.0,
+        "%",
+        fig("network", "paced_util"),
+    ),
+    Target(
+        "network p50 / ser2net-nd p50 (chardelay off), lock-step 32 B",
+        "info",
+        "<=",
+        2.0,
+        "×",
+        ratio(_p50("network"), _p50(ND)),
+    ),
     LOCK,
-    Target("ser2net p50 / direct p50, lock-step 32 B", "info", "<=", 2.0, "×",
-           ratio(_p50("ser2net"), _p50("direct"))),
-    Target("ser2net-nd p50 / direct p50, lock-step 32 B", "info", "<=", 2.0, "×",
-           ratio(_p50(ND), _p50("direct"))),
-    Target("verld CPU / ser2net CPU per call, lock-step 32 B", "info", "<=", 2.0, "×",
-           ratio(_cpu("network"), _cpu("ser2net"))),
-    Target("verld CPU / ser2net-nd CPU per call, lock-step 32 B", "info", "<=", 2.0, "×",
-           ratio(_cpu("network"), _cpu(ND))),
-)  # fmt: skip
+    Target(
+        "ser2net p50 / direct p50, lock-step 32 B",
+        "info",
+        "<=",
+        2.0,
+        "×",
+        ratio(_p50("ser2net"), _p50("direct")),
+    ),
+    Target(
+        "ser2net-nd p50 / direct p50, lock-step 32 B",
+        "info",
+        "<=",
+        2.0,
+        "×",
+        ratio(_p50(ND), _p50("direct")),
+    ),
+    Target(
+        "verld CPU / ser2net CPU per call, lock-step 32 B",
+        "info",
+        "<=",
+        2.0,
+        "×",
+        ratio(_cpu("network"), _cpu("ser2net")),
+    ),
+    Target(
+        "verld CPU / ser2net-nd CPU per call, lock-step 32 B",
+        "info",
+        "<=",
+        2.0,
+        "×",
+        ratio(_cpu("network"), _cpu(ND)),
+    ),
+)
 
 
 class Network(Family):
@@ -125,33 +215,58 @@ class Network(Family):
             config = verl_config(self.sim.link, 8)
             config["network"] = [{"listen": f"127.0.0.1:{port}", "name": "bench"}]
             d = Verld(run.procs, run.dir("verld"), config, checkout)
-            return Bridge("tcp", f"127.0.0.1:{port}", {"bridge": [d.pid], "sim": [self.sim.pid]},
-                          [d], window_status=True, stop=d.stop, ready_s=d.ready_s, extra={
-                              "ready": lambda n: _await_connected(d, n),
-                              "check": lambda *a: _check(run, *a)})  # fmt: skip
+            return Bridge(
+                "tcp",
+                f"127.0.0.1:{port}",
+                {"bridge": [d.pid], "sim": [self.sim.pid]},
+                [d],
+                window_status=True,
+                stop=d.stop,
+                ready_s=d.ready_s,
+                extra={
+                    "ready": lambda n: _await_connected(d, n),
+                    "check": lambda *a: _check(run, *a),
+                },
+            )
 
         return start
 
     def ser2net(self, chardelay: bool) -> Callable[[Run], Bridge]:
         def start(run: Run) -> Bridge:
             relay, port = start_ser2net(run, self.sim.link, chardelay=chardelay)
-            return Bridge("tcp", f"127.0.0.1:{port}", {"bridge": [relay.pid],
-                          "sim": [self.sim.pid]}, stop=relay.stop)  # fmt: skip
+            return Bridge(
+                "tcp",
+                f"127.0.0.1:{port}",
+                {"bridge": [relay.pid], "sim": [self.sim.pid]},
+                stop=relay.stop,
+            )
 
         return start
 
     def phases(self, run: Run) -> list[Phase]:
-        out = [Phase("rounds", (
-            Path("direct", (Leg(self.direct, (LAT32,)),)),
-            Path("network", (Leg(self.network(), (LAT32,)),)),
-            Path("ser2net", (Leg(self.ser2net(True), (LAT32,)),), "ser2net"),
-            Path(ND, (Leg(self.ser2net(False), (LAT32,)),), "ser2net"),
-        ))]  # fmt: skip
+        out = [
+            Phase(
+                "rounds",
+                (
+                    Path("direct", (Leg(self.direct, (LAT32,)),)),
+                    Path("network", (Leg(self.network(), (LAT32,)),)),
+                    Path("ser2net", (Leg(self.ser2net(True), (LAT32,)),), "ser2net"),
+                    Path(ND, (Leg(self.ser2net(False), (LAT32,)),), "ser2net"),
+                ),
+            )
+        ]
         if self.baud:
             load = Echo(f"p{PROGRAMS}", PROGRAMS, 1, procs=PROGRAMS)
-            out.append(Phase("paced", (Path("network", (Leg(self.network(), (load,)),)),),
-                             timing="paced", enter=self.pace, leave=self.unpace,
-                             after=self._wire))  # fmt: skip
+            out.append(
+                Phase(
+                    "paced",
+                    (Path("network", (Leg(self.network(), (load,)),)),),
+                    timing="paced",
+                    enter=self.pace,
+                    leave=self.unpace,
+                    after=self._wire,
+                )
+            )
         return out
 
     def ab_phase(self, checkouts: dict[str, Any]) -> Phase:
@@ -197,8 +312,10 @@ def _check(run: Run, label: str, out: Result, before: list[Any], after: list[Any
     entry["refused"] = {k: n for k, n in now["refused"].items() if n}
     out["verld_network"] = entry
     if entry["ok"] != out["answered"]:
-        run.errors.append(f"{label}: the network port counted {entry['ok']} calls ok, the "
-                          f"programs got {out['answered']} replies")  # fmt: skip
+        run.errors.append(
+            f"{label}: the network port counted {entry['ok']} calls ok, the "
+            f"programs got {out['answered']} replies"
+        )
     if entry["failed"] or entry["dropped"] or entry["refused"]:
         run.errors.append(f"{label}: calls failed or dropped, or connections refused: {entry}")
 

@@ -32,36 +32,95 @@ FIGURES = (
     F("lat32_p50_us", "lock-step 32 B echo, p50 (µs) ¹", 1, "lat32.latency_us.p50"),
     F("lat32_p99_us", "lock-step 32 B echo, p99 (µs) ¹", 1, "lat32.latency_us.p99"),
     F("calls_c1", "calls/s, 1 lock-step program ¹", 0, "lat32.rate"),
-    F("py_p50_us", "lock-step 32 B echo through pyserial's API, p50 (µs) ²", 1,
-      "lat32_pyserial.latency_us.p50"),
-    F("py_p99_us", "lock-step 32 B echo through pyserial's API, p99 (µs) ²", 1,
-      "lat32_pyserial.latency_us.p99"),
-    F("cpu_us_c1", "verld CPU µs/call, 1 lock-step program ¹", 1,
-      "lat32.bridge_cpu_us_per_call", ("port",)),
+    F(
+        "py_p50_us",
+        "lock-step 32 B echo through pyserial's API, p50 (µs) ²",
+        1,
+        "lat32_pyserial.latency_us.p50",
+    ),
+    F(
+        "py_p99_us",
+        "lock-step 32 B echo through pyserial's API, p99 (µs) ²",
+        1,
+        "lat32_pyserial.latency_us.p99",
+    ),
+    F(
+        "cpu_us_c1",
+        "verld CPU µs/call, 1 lock-step program ¹",
+        1,
+        "lat32.bridge_cpu_us_per_call",
+        ("port",),
+    ),
     F("ready_s", "start → READY=1 (s), 1 port", 3, "ready_s", ("port",)),
     F("paced_calls", "calls/s when paced, 8 programs on 8 ports", 1, "paced:p8.rate"),
-    F("paced_util", "wire busy when paced, 8 programs on 8 ports (%) ³", 1,
-      "paced:p8.utilisation_percent"),
-    F("paced_util_counters", "the same from verld's bytes_rx counter (%) ³", 1,
-      "paced:p8.utilisation_counters_percent"),
-    F("paced_p50_ms", "latency when paced, 8 programs, p50 (ms)", 2, "paced:p8.latency_us.p50",
-      scale=1e-3),
-    F("paced_p99_ms", "latency when paced, 8 programs, p99 (ms)", 2, "paced:p8.latency_us.p99",
-      scale=1e-3),
-    F("paced_cpu_percent", "verld CPU when paced, 8 programs (% of a core)", 1,
-      "paced:p8.bridge_cpu_percent"),
-)  # fmt: skip
-LOCK = Target("port p50 / direct p50, lock-step 32 B", "target", "<=", 2.5, "×",
-              ratio("port.lat32.latency_us.p50", "direct.lat32.latency_us.p50"))  # fmt: skip
+    F(
+        "paced_util",
+        "wire busy when paced, 8 programs on 8 ports (%) ³",
+        1,
+        "paced:p8.utilisation_percent",
+    ),
+    F(
+        "paced_util_counters",
+        "the same from verld's bytes_rx counter (%) ³",
+        1,
+        "paced:p8.utilisation_counters_percent",
+    ),
+    F(
+        "paced_p50_ms",
+        "latency when paced, 8 programs, p50 (ms)",
+        2,
+        "paced:p8.latency_us.p50",
+        scale=1e-3,
+    ),
+    F(
+        "paced_p99_ms",
+        "latency when paced, 8 programs, p99 (ms)",
+        2,
+        "paced:p8.latency_us.p99",
+        scale=1e-3,
+    ),
+    F(
+        "paced_cpu_percent",
+        "verld CPU when paced, 8 programs (% of a core)",
+        1,
+        "paced:p8.bridge_cpu_percent",
+    ),
+)
+LOCK = Target(
+    "port p50 / direct p50, lock-step 32 B",
+    "target",
+    "<=",
+    2.5,
+    "×",
+    ratio("port.lat32.latency_us.p50", "direct.lat32.latency_us.p50"),
+)
 TARGETS = (
     LOCK,
-    Target("port p50 / direct p50, lock-step 32 B, pyserial's API", "info", "<=", 2.5, "×",
-           ratio("port.lat32_pyserial.latency_us.p50", "direct.lat32_pyserial.latency_us.p50")),
-    Target("port p50 / verld API client p50, lock-step 32 B", "info", "<=", 1.0, "×",
-           ratio("port.lat32.latency_us.p50", "verld.lat32.latency_us.p50")),
-    Target("paced wire busy, 8 programs on 8 ports", "target", ">=", 95.0, "%",
-           fig("port", "paced_util")),
-)  # fmt: skip
+    Target(
+        "port p50 / direct p50, lock-step 32 B, pyserial's API",
+        "info",
+        "<=",
+        2.5,
+        "×",
+        ratio("port.lat32_pyserial.latency_us.p50", "direct.lat32_pyserial.latency_us.p50"),
+    ),
+    Target(
+        "port p50 / verld API client p50, lock-step 32 B",
+        "info",
+        "<=",
+        1.0,
+        "×",
+        ratio("port.lat32.latency_us.p50", "verld.lat32.latency_us.p50"),
+    ),
+    Target(
+        "paced wire busy, 8 programs on 8 ports",
+        "target",
+        ">=",
+        95.0,
+        "%",
+        fig("port", "paced_util"),
+    ),
+)
 
 
 class Ports(Family):
@@ -91,10 +150,20 @@ class Ports(Family):
             config = verl_config(self.sim.link, 8)
             config["ports"] = [{"link": link, "mode": "0600"} for link in links]
             d = Verld(run.procs, where, config, checkout)
-            return Bridge("serial", links[0], {"bridge": [d.pid], "sim": [self.sim.pid]}, [d],
-                          window_status=True, stop=d.stop, ready_s=d.ready_s, extra={
-                              "links": links, "ready": lambda n: _await_open(d, n),
-                              "check": lambda *a: _check(run, count, *a)})  # fmt: skip
+            return Bridge(
+                "serial",
+                links[0],
+                {"bridge": [d.pid], "sim": [self.sim.pid]},
+                [d],
+                window_status=True,
+                stop=d.stop,
+                ready_s=d.ready_s,
+                extra={
+                    "links": links,
+                    "ready": lambda n: _await_open(d, n),
+                    "check": lambda *a: _check(run, count, *a),
+                },
+            )
 
         return start
 
@@ -107,9 +176,16 @@ class Ports(Family):
             paths.append(Path("verld", (Leg(self.api, (LAT32,)),)))
         out = [Phase("rounds", tuple(paths))]
         if self.baud:
-            out.append(Phase("paced", (Path("port", (Leg(self._paced, (Programs(PROGRAMS),)),)),),
-                             timing="paced", enter=self.pace, leave=self.unpace,
-                             after=self._wire))  # fmt: skip
+            out.append(
+                Phase(
+                    "paced",
+                    (Path("port", (Leg(self._paced, (Programs(PROGRAMS),)),)),),
+                    timing="paced",
+                    enter=self.pace,
+                    leave=self.unpace,
+                    after=self._wire,
+                )
+            )
         return out
 
     def ab_phase(self, checkouts: dict[str, Any]) -> Phase:
@@ -172,8 +248,10 @@ def _check(
         )
     out["verld_ports"] = per_port
     if sum(p["ok"] for p in per_port) != out["answered"]:
-        run.errors.append(f"{label}: the ports counted {sum(p['ok'] for p in per_port)} calls "
-                          f"ok, the programs got {out['answered']} replies")  # fmt: skip
+        run.errors.append(
+            f"{label}: the ports counted {sum(p['ok'] for p in per_port)} calls "
+            f"ok, the programs got {out['answered']} replies"
+        )
     lost = [p for p in per_port if p["failed"] or p["dropped"] or p["bad_frames"]]
     if lost:
         run.errors.append(f"{label}: calls failed, dropped or bad on a port: {lost}")
