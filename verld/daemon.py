@@ -1,15 +1,15 @@
 """verld, the daemon: wiring only.
 
 config → logging → core (session + supervisor) → fronts (`verld.fronts.FRONTS`: the
-API server, Modbus TCP, virtual ports) → signals/systemd. Every front is driven
-through the one `Front` protocol: all claims first (nothing is created while
-another verld owns a socket, a port link or the Modbus address), then the built-in
+API server, Modbus TCP, virtual ports, network ports) → signals/systemd. Every front
+is driven through the one `Front` protocol: all claims first (nothing is created while
+another verld owns a socket, a port link, a network or the Modbus address), then the built-in
 simulated device if asked for, then each front starts. Every part that starts
 registers how it stops on one AsyncExitStack; the link's task runs in one
 TaskGroup, so a crash is logged, the rest is stopped in order and verld exits 1
 (systemd's Restart=on-failure).
-Exit codes: 0 clean stop, 1 cannot serve (the socket, a port link or the Modbus
-listen another process owns, sim failed: one line says which) or a task crashed,
+Exit codes: 0 clean stop, 1 cannot serve (the socket, a port link, a network or the
+Modbus listen another process owns, sim failed: one line says which) or a task crashed,
 2 bad config or command line (no config file, a bad option value).
 """
 
