@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-all test-pythons lint check clean
+.PHONY: run test test-fast test-all test-pythons lint check clean
 
 # The `fast` extra's cobs builds a C extension where no wheel fits: without a compiler
 # verld runs on its own COBS code (the same bytes), so a failed build stops nothing.
@@ -24,6 +24,11 @@ run: $(STAMP)
 # two cores. `$(BIN)/python -m pytest -q` runs it serially.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+# The core only (`-m "not slow"`: no daemons, simulators, broker or builds; the slow
+# modules are SLOW_MODULES in tests/conftest.py), serially: under a minute.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # The suite on Python 3.11, 3.12 and 3.13 and the MQTT tests on paho-mqtt 1.6.1, each in
 # its own virtualenv under .nox/ (noxfile.py says how it finds pyenv's interpreters);

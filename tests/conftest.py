@@ -16,6 +16,57 @@ from verld.testing import running, stop_leftovers
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 
+# The modules whose every test is marked `slow` (pytest_collection_modifyitems below;
+# the marker is registered in pyproject.toml): `python -m pytest -m "not slow"` runs the
+# rest, the core, in under a minute on one worker. A module is here when it starts
+# daemons, simulators or peers, or takes over ~2 s alone; a one-shot `--check-config` or
+# `--version` run of a module under a second keeps it in the core. tests/test_markers.py
+# checks that `-m slow` and `-m "not slow"` split the suite and that every name exists.
+SLOW_MODULES: frozenset[str] = frozenset(
+    {
+        # real verld and verld-sim processes on ptys and Unix sockets
+        "test_client.py", "test_cmdline.py", "test_ctl.py", "test_ctl_ping.py",
+        "test_daemon.py", "test_e2e.py", "test_inhibit.py", "test_leftovers.py",
+        "test_modbus_daemon.py", "test_modbus_gap.py", "test_outage.py",
+        "test_ownership.py", "test_port_exclusive.py", "test_ports.py",
+        "test_ports_life.py", "test_protocol_doc.py", "test_resilience.py",
+        "test_rs485.py", "test_security.py", "test_server.py", "test_session.py",
+        "test_sim.py", "test_sim_modbus.py", "test_sim_nmea.py",
+        # the network front: real TCP clients against a daemon
+        "test_network.py", "test_network_hostile.py", "test_network_passthrough.py",
+        # third-party peers: independent device, pymodbus, ser2net, gpsd/picocom/socat,
+        # tmux, socat pty rigs, and the SCPI instrument fake on ptys with long timeouts
+        "test_interop.py", "test_modbus_gateway.py", "test_modbus_pymodbus.py",
+        "test_modbusrig.py", "test_rfc2217_ser2net.py", "test_ports_programs.py",
+        "test_top.py", "test_instruments.py", "test_instrument_fake.py",
+        # verld-mqtt against a real mosquitto broker (TLS too), and its fleet docs' checks
+        "test_mqtt_bridge.py", "test_mqtt_entities.py", "test_mqtt_fleet.py",
+        "test_fleet_doc.py",
+        # TLS recipes: PKIs made with openssl
+        "test_tls_recipes.py",
+        # packaging: wheel and sdist build, Debian package build, units and `make
+        # install`, systemd's tools, man pages (groff, man), completions (bash, zsh, fish)
+        "test_packaging.py", "test_deb.py", "test_units.py", "test_systemd.py",
+        "test_manpages.py", "test_completion.py",
+        # benches and soaks: tools/bench, tools/bench-ab, tools/soak
+        "test_bench.py", "test_soak_modbus.py",
+        # the neighbour batteries, on real daemons
+        "test_neighbours.py", "test_line_neighbours.py", "test_network_neighbours.py",
+        # hypothesis batteries over every decoder (several seconds)
+        "test_fuzz_props.py",
+        # the partition check: collects the whole suite twice, in subprocesses
+        "test_markers.py",
+    }
+)  # fmt: skip
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of a module in SLOW_MODULES is marked `slow` (before `-m` selects)."""
+    for item in items:
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
