@@ -139,10 +139,6 @@ class LineCodec:
         body = payload[: -len(term)] if payload.endswith(term) else payload
         return self._no_reply.search(body.decode(self._encoding, "replace")) is not None
 
-    def is_event(self, text: str) -> bool:
-        """Whether a line (or a reply's text) is an event (it matches `event`)."""
-        return self._event is not None and self._event.search(text) is not None
-
     def encode_request(self, seq: int, payload: bytes) -> bytes:
         """`payload` plus the terminator, unless it already ends with it (no seq here)."""
         if payload.endswith(self._terminator):

@@ -321,7 +321,7 @@ class ProgramStream:
     def _failed(self, code: str, message: str) -> None:
         failed = self.stats.failed
         failed[code] = failed.get(code, 0) + 1
-        if code in _REFUSED and not self._told:
+        if code in _REFUSED:
             self._tell_refused(message, code)
         else:
             log.debug(f"{self.kind}_call_failed", **self.where, error=code, message=message)
