@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
+import tempfile
 
 import nox
 
@@ -65,10 +67,17 @@ def mqtt_paho16(session: nox.Session) -> None:
     goes to a directory of its own, first on the bridge's path alone (tests/mqttrig.py,
     $VERLD_BRIDGE_PAHO)."""
     session.install("-e", ".[test,mqtt]")
-    paho16 = os.path.join(session.create_tmp(), "paho16")
-    session.run("python", "-m", "pip", "install", "-q", "--target", paho16, "paho-mqtt==1.6.1")
-    check = "import paho.mqtt; assert paho.mqtt.__version__ == '1.6.1', paho.mqtt.__version__"
-    session.run("python", "-c", check, env={"PYTHONPATH": paho16})
-    # serially: each file's broker, daemons and bridge are many processes already
-    tests = session.posargs or MQTT_TESTS
-    session.run("python", "-m", "pytest", "-q", *tests, env={"VERLD_BRIDGE_PAHO": paho16})
+    # not session.create_tmp(): that also points $TMPDIR into .nox/, and pytest's temporary
+    # directories there make Unix socket paths longer than the 107 bytes a path may have
+    scratch = tempfile.mkdtemp(prefix="verld-paho16-")
+    try:
+        paho16 = os.path.join(scratch, "paho16")
+        pin = "paho-mqtt==1.6.1"
+        session.run("python", "-m", "pip", "install", "-q", "--target", paho16, pin)
+        check = "import paho.mqtt; assert paho.mqtt.__version__ == '1.6.1', paho.mqtt.__version__"
+        session.run("python", "-c", check, env={"PYTHONPATH": paho16})
+        # serially: each file's broker, daemons and bridge are many processes already
+        tests = session.posargs or MQTT_TESTS
+        session.run("python", "-m", "pytest", "-q", *tests, env={"VERLD_BRIDGE_PAHO": paho16})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
