@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verld.calls import Call, CallResult, FairQueue, LaneQueue
+from verld.session.calls import Call, CallResult, FairQueue, LaneQueue
 
 
 def call(owner: str, tag: str = "") -> Call:

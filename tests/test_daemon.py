@@ -1,7 +1,7 @@
 """A crashed task takes a real verld process down: logged, drained, socket removed, exit 1.
 
 The crash is injected into a real daemon: a `python -c` script wraps
-`verld.supervisor.Supervisor.run` so that the real connect loop runs (the link comes
+`verld.session.supervisor.Supervisor.run` so that the real connect loop runs (the link comes
 up on the simulated device) until the test touches a trigger file, then the link's
 task raises. Everything else is the unchanged `verld.daemon.main`.
 
@@ -27,10 +27,10 @@ from verld.client import Client, Unreachable
 
 CRASHING_DAEMON = """
 import asyncio, os, sys
-import verld.daemon, verld.supervisor
+import verld.daemon, verld.session.supervisor
 
 config, trigger = sys.argv[1], sys.argv[2]
-real_run = verld.supervisor.Supervisor.run
+real_run = verld.session.supervisor.Supervisor.run
 connect_loops = []  # the real loops, kept referenced until they end
 
 async def crashing_run(self):
@@ -39,7 +39,7 @@ async def crashing_run(self):
         await asyncio.sleep(0.01)
     raise RuntimeError("injected crash")
 
-verld.supervisor.Supervisor.run = crashing_run
+verld.session.supervisor.Supervisor.run = crashing_run
 sys.exit(verld.daemon.main(["--config", config]))
 """
 

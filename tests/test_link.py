@@ -7,7 +7,7 @@ import random
 import pytest
 
 from verld.errors import LocalProtocolError
-from verld.link import AfterTimeout, Link, LinkState
+from verld.links.link import AfterTimeout, Link, LinkState
 
 
 def make(**kw: float) -> Link:

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from verld.calls import CallResult
 from verld.codec.modbus import MbapSplitter, mbap_frame
 from verld.errors import RemoteProtocolError, VerldError
 from verld.fronts.modbus.mbap import Malformed, RequestDecoder, answer, exception_for
+from verld.session.calls import CallResult
 
 READ = bytes.fromhex("01030000000a")
 

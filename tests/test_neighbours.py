@@ -31,9 +31,9 @@ from mqttrig import BridgeProc, Mqtt
 from neighbours import Case, RigPool
 from support import children
 
-from verld.calls import Call, FairQueue
 from verld.codec.modbus import mbap_frame
 from verld.mqtt.device import FairSlots, in_flight, share_full
+from verld.session.calls import Call, FairQueue
 from verld.testing import DaemonProc, SimProc, write_config
 
 SECONDS = 1.5  #: each case's run

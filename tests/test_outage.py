@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from support import DaemonProc, SimProc, write_config
 
-from verld.link import LinkState, Transition
-from verld.outage import REMIND, Outage, reason_kind
-from verld.transport import lock_holder
+from verld.links.link import LinkState, Transition
+from verld.links.transport import lock_holder
+from verld.session.outage import REMIND, Outage, reason_kind
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,7 +23,7 @@ from verld.codec.rfc2217 import SERVER, Cmd
 from verld.codec.telnet import ComPort, Data, Telnet
 from verld.config import DeviceConfig
 from verld.errors import OpenError
-from verld.rfc2217link import ComPortClient, Rfc2217Link, open_rfc2217
+from verld.links.rfc2217 import ComPortClient, Rfc2217Link, open_rfc2217
 
 pytestmark = pytest.mark.timeout(30)
 

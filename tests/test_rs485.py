@@ -18,8 +18,8 @@ import serial
 
 from verld.config import DeviceConfig, Rs485Config, parse_config
 from verld.errors import ConfigError, OpenError
+from verld.links.transport import open_serial
 from verld.testing import DaemonProc, SimProc, wait_for, write_config
-from verld.transport import open_serial
 
 
 class Recording(serial.Serial):

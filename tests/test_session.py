@@ -10,10 +10,10 @@ import pytest
 from structlog.testing import capture_logs
 from support import SimProc
 
-from verld.calls import Call, CallResult
 from verld.config import parse_config
-from verld.link import LinkState, Transition
-from verld.session import Session
+from verld.links.link import LinkState, Transition
+from verld.session.calls import Call, CallResult
+from verld.session.session import Session
 from verld.testing.session import SessionRig
 
 pytestmark = pytest.mark.timeout(30)

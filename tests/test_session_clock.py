@@ -9,7 +9,7 @@ attempt are its own methods, run by `SessionRig.connect`.
 
 from __future__ import annotations
 
-from verld.link import LinkState
+from verld.links.link import LinkState
 from verld.testing.session import SessionRig
 
 CONFIG = """

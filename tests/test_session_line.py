@@ -9,7 +9,7 @@ them over.
 from __future__ import annotations
 
 from verld.codec.base import PortRequest
-from verld.link import LinkState
+from verld.links.link import LinkState
 from verld.testing.session import SessionRig
 
 CONFIG = """

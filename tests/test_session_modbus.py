@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from verld.bus import Bus
-from verld.calls import Call, CallResult
 from verld.codec.base import PortRequest
 from verld.codec.modbus import rtu_frame
-from verld.discipline import Turns
-from verld.link import LinkState
+from verld.links.link import LinkState
 from verld.metrics import prometheus_text
+from verld.session.bus import Bus
+from verld.session.calls import Call, CallResult
+from verld.session.discipline import Turns
 from verld.sim.modbus import ModbusSlave
 from verld.testing.session import ManualClock, SessionRig
 

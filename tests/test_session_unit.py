@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verld.calls import Call, CallResult
-from verld.link import LinkState, Transition
+from verld.links.link import LinkState, Transition
+from verld.session.calls import Call, CallResult
 from verld.testing.session import FakeDevice, SessionRig, run_virtual
 
 pytestmark = pytest.mark.timeout(60)

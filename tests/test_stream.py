@@ -21,7 +21,7 @@ from verld.codec.modbus import rtu_frame
 from verld.codec.verl import FrameDecoder, encode_frame
 from verld.config import Config, parse_config
 from verld.fronts.stream import GONE, ProgramStream, Share
-from verld.link import Transition
+from verld.links.link import Transition
 from verld.testing.session import Respond, SessionRig, echo
 
 LINK = "/tmp/ttyV0"

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from verld.config import parse_config
-from verld.transport import FdTransport, open_link
+from verld.links.transport import FdTransport, open_link
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -120,7 +120,7 @@ class TestOpen:
         # A pty takes even parity once, then tcsetattr fails (termios.error): that is a failed open
         # (retried with backoff), never a crash of the link task.
         from verld.errors import OpenError
-        from verld.transport import open_serial
+        from verld.links.transport import open_serial
 
         device = parse_config("device: {port: /dev/null, parity: even}\n").device
         master, slave = os.openpty()

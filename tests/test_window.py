@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verld.calls import Call, CallResult
-from verld.window import EPSILON, SEQ_MOD, Window
+from verld.session.calls import Call, CallResult
+from verld.session.window import EPSILON, SEQ_MOD, Window
 
 
 def call(

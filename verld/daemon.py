@@ -32,7 +32,7 @@ from verld.config import Config, changed_keys, load_config
 from verld.errors import ConfigError, ServeError
 from verld.fronts import FRONTS
 from verld.fronts.base import CannotServe, Core, Front
-from verld.link import Transition
+from verld.links.link import Transition
 from verld.reloads import Serialised
 from verld.sim.launch import SimChild, SimError
 

@@ -16,8 +16,8 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from verld.calls import CallResult
 from verld.errors import ApiError, ErrorCode, RemoteProtocolError
+from verld.session.calls import CallResult
 
 _HEADER = 4
 _LENGTH = struct.Struct(">I")

@@ -40,7 +40,7 @@ from verld.codec.telnet import (
 )
 from verld.config import DeviceConfig
 from verld.fronts.network.comport import ComPortServer
-from verld.rfc2217link import ComPortClient
+from verld.links.rfc2217 import ComPortClient
 
 Outcome = tuple[bytes, list[Event], bytes, int]
 

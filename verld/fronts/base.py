@@ -26,17 +26,17 @@ from collections.abc import Callable, Coroutine, Hashable, Mapping
 from typing import Any
 
 from verld.alarm import Clock
-from verld.calls import Call, CallResult
 from verld.codec.registry import CodecSpec, retry_of, spec_of
 from verld.config import Config, tcp_target
 from verld.fronts.protocol import CannotServe, Front, FrontCounts, Listener
-from verld.link import LinkState, Transition
+from verld.links.link import LinkState, Transition
+from verld.links.opener import open_device
+from verld.links.transport import modem_bits
 from verld.metrics import prometheus_text
-from verld.opener import open_device
-from verld.receiving import TrafficTap
-from verld.session import Session, WireTap
-from verld.supervisor import Opener, Supervisor
-from verld.transport import modem_bits
+from verld.session.calls import Call, CallResult
+from verld.session.receiving import TrafficTap
+from verld.session.session import Session, WireTap
+from verld.session.supervisor import Opener, Supervisor
 
 __all__ = ["CannotServe", "Core", "Front", "FrontCounts", "Listener"]
 

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from verld.config import Config
 from verld.errors import ServeError
-from verld.link import Transition
+from verld.links.link import Transition
 
 
 class Listener(Protocol):

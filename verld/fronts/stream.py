@@ -46,12 +46,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from verld.alarm import Alarm, Clock
-from verld.bus import silent_gap
-from verld.calls import Call, CallResult
 from verld.codec.base import PortFraming, PortRequest
 from verld.codec.registry import spec_of
 from verld.config import Config
 from verld.errors import ErrorCode
+from verld.session.bus import silent_gap
+from verld.session.calls import Call, CallResult
 
 if TYPE_CHECKING:
     from verld.fronts.base import Core

@@ -17,18 +17,18 @@ from collections.abc import Callable
 from typing import Any
 
 from verld.alarm import Clock
-from verld.calls import Call, CallResult
 from verld.codec.base import PortRequest
 from verld.codec.registry import retry_of, spec_of
 from verld.config import Config, parse_config
 from verld.errors import OpenError
 from verld.fronts.base import Core
-from verld.link import Transition
-from verld.opener import open_device
-from verld.session import Session
-from verld.supervisor import Supervisor
+from verld.links.link import Transition
+from verld.links.opener import open_device
+from verld.links.transport import LinkHandler
+from verld.session.calls import Call, CallResult
+from verld.session.session import Session
+from verld.session.supervisor import Supervisor
 from verld.testing.clock import ManualClock, VirtualClockLoop, run_virtual
-from verld.transport import LinkHandler
 
 __all__ = ["FakeDevice", "ManualClock", "SessionRig", "VirtualClockLoop", "Wire", "run_virtual"]
 

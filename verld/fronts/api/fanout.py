@@ -15,7 +15,7 @@ from typing import Any
 from verld import wire
 from verld.fronts.api.conn import ClientConn
 from verld.fronts.base import Core
-from verld.link import Transition
+from verld.links.link import Transition
 from verld.logs import Record
 
 

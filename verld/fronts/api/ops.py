@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from verld import API_VERSION, __version__, wire
-from verld.calls import CallResult
 from verld.config import Config
 from verld.errors import ApiError, ErrorCode
 from verld.fronts.api.conn import ClientConn
@@ -22,6 +21,7 @@ from verld.fronts.api.leases import Leases
 from verld.fronts.base import Core, FrontCounts
 from verld.logs import RING
 from verld.roles import ROLE_RANK
+from verld.session.calls import CallResult
 
 
 class OpContext(Protocol):

@@ -29,7 +29,6 @@ from typing import Protocol, cast
 
 import structlog
 
-from verld.calls import CallResult
 from verld.config import Config
 from verld.fronts.base import Core, FrontCounts
 from verld.fronts.modbus.mbap import (
@@ -40,6 +39,7 @@ from verld.fronts.modbus.mbap import (
     answer,
     exception_frame,
 )
+from verld.session.calls import CallResult
 
 log = structlog.get_logger("verld.modbus")
 

@@ -12,9 +12,9 @@ verld's errors to the gateway exceptions of the Modbus spec by cause
 
 from __future__ import annotations
 
-from verld.calls import CallResult
 from verld.codec.modbus import MbapSplitter, mbap_frame
 from verld.errors import ErrorCode, Malformed
+from verld.session.calls import CallResult
 
 __all__ = [
     "ILLEGAL_FUNCTION",

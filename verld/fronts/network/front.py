@@ -30,7 +30,7 @@ from verld.fronts.network.access import host_of, private_network
 from verld.fronts.network.conn import KIND
 from verld.fronts.network.entry import Entry
 from verld.fronts.protocol import CannotServe
-from verld.link import Transition
+from verld.links.link import Transition
 from verld.reloads import Serialised
 
 if TYPE_CHECKING:

@@ -31,8 +31,8 @@ import structlog
 from verld.codec.rfc2217 import SERVER, Cmd
 from verld.config import tcp_target
 from verld.errors import OpenError
-from verld.rfc2217link import Rfc2217Link, open_rfc2217
-from verld.transport import close_serial, modem_bits, open_serial, open_tcp
+from verld.links.rfc2217 import Rfc2217Link, open_rfc2217
+from verld.links.transport import close_serial, modem_bits, open_serial, open_tcp
 
 if TYPE_CHECKING:
     from verld.fronts.network.conn import NetConn

@@ -22,7 +22,7 @@ import structlog
 from verld.config import Config, PortConfig
 from verld.fronts.ports.port import KIND, VirtualPort
 from verld.fronts.ports.pty import PortSetupError, claim_link
-from verld.link import Transition
+from verld.links.link import Transition
 
 if TYPE_CHECKING:
     from verld.fronts.base import Core

@@ -49,7 +49,7 @@ Driving it from asyncio (what the front does):
 - Before each write: `fix_termios()` (log once when it returns True), then
   `write(data)`: `DETACHED` means drop the bytes (count them `dropped`); a short
   count means the rest waits for `loop.add_writer(port.fd, ...)`, as in
-  `verld.transport`.
+  `verld.links.transport`.
 """
 
 from __future__ import annotations

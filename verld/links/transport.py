@@ -32,7 +32,7 @@ from serial.rs485 import RS485Settings
 from verld.config import DeviceConfig, tcp_target
 from verld.errors import OpenError
 
-log = structlog.get_logger("verld.link")
+log = structlog.get_logger("verld.links.link")
 
 _READ_SIZE = 65536
 _PARITY = {

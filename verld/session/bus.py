@@ -24,12 +24,12 @@ from typing import Any
 
 import structlog
 
-from verld.calls import Call
 from verld.codec.modbus import EXCEPTION_NAMES, check_request, rtu_misframed
 from verld.config import Config
 from verld.errors import ErrorCode
+from verld.session.calls import Call
 
-log = structlog.get_logger("verld.bus")
+log = structlog.get_logger("verld.session.bus")
 
 #: the outcomes of `verld_modbus_unit_calls_total{unit,outcome}`
 OUTCOMES = ("ok", "exception", "timeout", "offline", "error")

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING
 import structlog
 
 from verld.alarm import Alarm, Clock
-from verld.calls import Call, CallResult, FairQueue
 from verld.codec.base import Inbound, Kind, LinkCodec
-from verld.link import Link, LinkState
-from verld.stats import Counters, Stats
-from verld.window import Window
+from verld.links.link import Link, LinkState
+from verld.session.calls import Call, CallResult, FairQueue
+from verld.session.stats import Counters, Stats
+from verld.session.window import Window
 
 if TYPE_CHECKING:
-    from verld.discipline import Plain
-    from verld.timekeeper import Timekeeper
+    from verld.session.discipline import Plain
+    from verld.session.timekeeper import Timekeeper
 
-log = structlog.get_logger("verld.session")
+log = structlog.get_logger("verld.session.session")
 
 _UP = LinkState.UP
 _REPLY = Kind.REPLY

@@ -36,17 +36,17 @@ from typing import Protocol
 import structlog
 
 from verld.alarm import Alarm, Clock
-from verld.calls import Call, CallResult, FairQueue
 from verld.codec.base import LinkCodec
 from verld.config import Config
-from verld.discipline import Plain
 from verld.errors import ErrorCode
-from verld.link import AfterTimeout, Link, LinkState
-from verld.stats import Counters
-from verld.transport import LinkTransport
-from verld.window import EPSILON, Window
+from verld.links.link import AfterTimeout, Link, LinkState
+from verld.links.transport import LinkTransport
+from verld.session.calls import Call, CallResult, FairQueue
+from verld.session.discipline import Plain
+from verld.session.stats import Counters
+from verld.session.window import EPSILON, Window
 
-log = structlog.get_logger("verld.session")
+log = structlog.get_logger("verld.session.session")
 
 
 class Host(Protocol):

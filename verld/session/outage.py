@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from verld.link import LinkState, Transition
+from verld.links.link import LinkState, Transition
 
-log = structlog.get_logger("verld.session")
+log = structlog.get_logger("verld.session.session")
 
 #: seconds between WARNINGs while an outage goes on with the same reason
 REMIND = 60.0

@@ -1,15 +1,15 @@
 """The device's port opened by its kind: the one opener the supervisor uses.
 
 `rfc2217://HOST:PORT` is a telnet link with its line settings negotiated
-(`verld.rfc2217link`); a serial path and `tcp://HOST:PORT` are plain fds
-(`verld.transport.open_link`).
+(`verld.links.rfc2217`); a serial path and `tcp://HOST:PORT` are plain fds
+(`verld.links.transport.open_link`).
 """
 
 from __future__ import annotations
 
 from verld.config import DeviceConfig
-from verld.rfc2217link import open_rfc2217
-from verld.transport import LinkHandler, LinkTransport, open_link
+from verld.links.rfc2217 import open_rfc2217
+from verld.links.transport import LinkHandler, LinkTransport, open_link
 
 
 async def open_device(

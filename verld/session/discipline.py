@@ -28,17 +28,17 @@ from typing import Any
 import structlog
 
 from verld.alarm import Alarm, Clock
-from verld.bus import Bus, exception_message
-from verld.calls import Call, CallResult, FairQueue, LaneQueue
 from verld.codec.base import Inbound, LinkCodec
 from verld.codec.modbus import ModbusRtuCodec
 from verld.codec.registry import CodecSpec
 from verld.config import Config
 from verld.errors import ErrorCode
-from verld.link import Link
-from verld.window import EPSILON
+from verld.links.link import Link
+from verld.session.bus import Bus, exception_message
+from verld.session.calls import Call, CallResult, FairQueue, LaneQueue
+from verld.session.window import EPSILON
 
-log = structlog.get_logger("verld.session")
+log = structlog.get_logger("verld.session.session")
 
 Finish = Callable[..., None]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterator
 
-from verld.calls import Call
+from verld.session.calls import Call
 
 SEQ_MOD = 65536
 #: a deadline within this of the clock has passed (float rounding of virtual clocks)

@@ -22,14 +22,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from verld.calls import CallResult
 from verld.config import DeviceConfig
 from verld.errors import ErrorCode, OpenError
-from verld.link import LinkState, Transition
-from verld.opener import open_device
-from verld.outage import Outage, log_transition
-from verld.session import Session
-from verld.transport import LinkHandler, LinkTransport
+from verld.links.link import LinkState, Transition
+from verld.links.opener import open_device
+from verld.links.transport import LinkHandler, LinkTransport
+from verld.session.calls import CallResult
+from verld.session.outage import Outage, log_transition
+from verld.session.session import Session
 
 Opener = Callable[[DeviceConfig, str, LinkHandler, float], Awaitable[LinkTransport]]
 LinkSink = Callable[[Transition], None]

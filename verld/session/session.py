@@ -27,20 +27,20 @@ from typing import Any
 import structlog
 
 from verld.alarm import Clock
-from verld.calls import Call, CallResult, FairQueue
 from verld.codec.base import Inbound, LinkCodec
 from verld.codec.registry import spec_of
 from verld.config import Config
-from verld.discipline import Plain, discipline_for
 from verld.errors import ErrorCode
-from verld.link import Link, LinkState
-from verld.receiving import EventSink, Receiving, TrafficTap
-from verld.stats import Stats
-from verld.timekeeper import Timekeeper
-from verld.transport import LinkTransport
-from verld.window import Window
+from verld.links.link import Link, LinkState
+from verld.links.transport import LinkTransport
+from verld.session.calls import Call, CallResult, FairQueue
+from verld.session.discipline import Plain, discipline_for
+from verld.session.receiving import EventSink, Receiving, TrafficTap
+from verld.session.stats import Stats
+from verld.session.timekeeper import Timekeeper
+from verld.session.window import Window
 
-log = structlog.get_logger("verld.session")
+log = structlog.get_logger("verld.session.session")
 
 _new_tuple = tuple.__new__
 _UP = LinkState.UP

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verld.link import Link, LinkState
+from verld.links.link import Link, LinkState
 from verld.metrics import Histogram
 
 

@@ -26,7 +26,7 @@ from verld.codec.telnet import COM_PORT, ComPort, Data, Telnet, escape
 from verld.config import DeviceConfig
 from verld.config.model import host_port
 from verld.errors import OpenError
-from verld.transport import FdTransport, LinkHandler, open_tcp
+from verld.links.transport import FdTransport, LinkHandler, open_tcp
 
 #: the longest any one answer is waited for, whatever `device.timeout` says
 MAX_WAIT = 5.0
