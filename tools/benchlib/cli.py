@@ -17,10 +17,8 @@ reported, not enforced), 1 a wrong or missing reply or another broken invariant,
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -32,12 +30,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import verld
-from benchlib.engine import Run, Timing, which
+from benchlib import report
+from benchlib.engine import Run, Timing
 from benchlib.families import NAMES, family
+from benchlib.families.modbus import MBUSD_BUILD, MBUSD_SRC
+from benchlib.host import ROOT, loadavg, machine, which
 from benchlib.procs import BenchError, Procs
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 ENGINE = 2  #: the JSON's shape (docs/bench.json from before the one engine has none)
 MARKERS = {
     "api": "bench",
@@ -94,8 +93,6 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "3cky/mbusd, not in this repository: --mbusd-src or $MBUSD_SRC) when cmake, make and a C "
         "compiler are there; else the family runs without the mbusd path and says why.",
     )
-    from benchlib.families.modbus import MBUSD_BUILD, MBUSD_SRC
-
     mb.add_argument("--modbus", action="store_true", help="run only the modbus family")
     mb.add_argument("--no-modbus", action="store_true", help="leave it out")
     mb.add_argument("--no-mbusd", action="store_true", help="without the mbusd path")
@@ -196,7 +193,7 @@ def _run(args: argparse.Namespace, names: list[str], procs: Procs, tmp: Path, pr
         max(duration, 0.25 if quick else 0.6) * (1 if quick else 1.25),
     )
     docs = not quick and not args.no_docs and names != ["fleet"]
-    meta = _machine()
+    meta = machine()
     meta.update(
         command=shlex.join([prog, *sys.argv[1:]]),
         rounds=rounds,
@@ -204,7 +201,7 @@ def _run(args: argparse.Namespace, names: list[str], procs: Procs, tmp: Path, pr
         duration_s=duration,
         paced_duration_s=paced.duration,
         families=names,
-        loadavg_start=_loadavg(),
+        loadavg_start=loadavg(),
     )
     _say(
         f"bench: {meta['nproc']} CPUs ({meta['cpu']}), Python {meta['python']}, {rounds} rounds, "
@@ -222,7 +219,7 @@ def _run(args: argparse.Namespace, names: list[str], procs: Procs, tmp: Path, pr
     sections = {}
     for name in names:
         sections[name] = run.family(family(name))
-    meta["loadavg_end"] = _loadavg()
+    meta["loadavg_end"] = loadavg()
     result = {
         "engine": ENGINE,
         "meta": meta,
@@ -247,8 +244,6 @@ def _side_by_side(
     args: argparse.Namespace, argv: list[str], names: list[str], procs: Procs, tmp: Path
 ) -> int:
     """--quick: each family in a child of its own, at once; their JSON merged."""
-    from benchlib import report
-
     children = []
     for name in names:  # the api family, the longest, as two children: rounds | the rest
         for part in (["rounds"], ["paced", "idle"]) if name == "api" else [[]]:
@@ -299,7 +294,7 @@ def _side_by_side(
             if fam in merged["families"]:  # the api family's second child: its phases
                 section["paths"].update(merged["families"][fam]["paths"])
                 section["phases"].update(merged["families"][fam]["phases"])
-                section["summary"] = report.summarise(family_decl(fam), section)
+                section["summary"] = report.summarise(family(fam), section)
             merged["families"][fam] = section
     _write(merged, args.json, args.plot, args.markdown)
     worst = max(codes)
@@ -320,19 +315,9 @@ def _strip(argv: list[str]) -> list[str]:
 
 
 def _print_tables(result: dict[str, Any]) -> None:
-    from benchlib import report
-
     for name, section in result["families"].items():
         print()
-        print(report.table(family_decl(name), section, result["meta"]))
-
-
-def family_decl(name: str) -> Any:
-    """A family's declarations without starting it (for rendering a saved run)."""
-    import importlib
-
-    made: Any = importlib.import_module(f"benchlib.families.{name}").FAMILY()
-    return made
+        print(report.table(family(name), section, result["meta"]))
 
 
 def _verdict(result: dict[str, Any]) -> int:
@@ -345,8 +330,6 @@ def _verdict(result: dict[str, Any]) -> int:
 
 def _rerender(args: argparse.Namespace) -> int:
     """Tables, plot and markdown from a saved run (to change how it is shown, not measured)."""
-    from benchlib import report
-
     result = json.loads(Path(args.from_json).read_text())
     if result.get("engine") != ENGINE:
         print(
@@ -357,7 +340,7 @@ def _rerender(args: argparse.Namespace) -> int:
         )
         return 2
     for name, section in result["families"].items():
-        section["summary"] = report.summarise(family_decl(name), section)
+        section["summary"] = report.summarise(family(name), section)
     _print_tables(result)
     _write(result, args.json, args.plot, args.markdown)
     return 0 if result["ok"] else 1
@@ -366,15 +349,13 @@ def _rerender(args: argparse.Namespace) -> int:
 def _write(
     result: dict[str, Any], json_path: str | None, plot_path: str | None, md_path: str | None
 ) -> None:
-    from benchlib import report
-
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(result, indent=1) + "\n")
         _say(f"bench: results in {json_path}")
     if md_path:
         for name, section in result["families"].items():
-            text = report.markdown(family_decl(name), section, result["meta"])
+            text = report.markdown(family(name), section, result["meta"])
             _refresh_markdown(Path(md_path), text, MARKERS[name])
         _say(f"bench: figures refreshed in {md_path}")
     if plot_path and "api" in result["families"]:
@@ -402,35 +383,3 @@ def _refresh_markdown(path: Path, section: str, marker: str) -> None:
 
 def _say(line: str) -> None:
     print(line, flush=True)
-
-
-def _loadavg() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
-
-
-def _machine() -> dict[str, Any]:
-    cpu = output(["grep", "-m1", "model name", "/proc/cpuinfo"]).partition(":")[2].strip()
-    return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "nproc": os.cpu_count(),
-        "cpu": cpu or "unknown CPU",
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "verld": verld.__version__,
-        "git": output(
-            ["git", "--no-optional-locks", "-C", str(ROOT), "describe", "--always", "--dirty"]
-        ),
-    }
-
-
-def output(cmd: list[str], line_with: str = "") -> str:
-    """The first line of `cmd`'s output that holds `line_with` ("?" if none)."""
-    try:
-        text = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
-    return next((line.strip() for line in text.splitlines() if line_with in line), "?")

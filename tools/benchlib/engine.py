@@ -38,7 +38,6 @@ must count exactly the calls the generators got right. A network-port path, an
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any, ClassVar
 
+from benchlib.host import which
 from benchlib.meter import Spec, combine
 from benchlib.procs import BenchError, CpuMark, LineReader, Procs, memory_kb, tail
 
@@ -186,13 +186,16 @@ class Family:
         return []
 
 
-def which(program: str) -> str | None:
-    return shutil.which(program) or shutil.which(program, path="/usr/sbin:/sbin")
-
-
 def rotate(paths: list[str], number: int) -> list[str]:
+    """The default round order: the paths rotated by one each round."""
     turn = number % len(paths) if paths else 0
     return paths[turn:] + paths[:turn]
+
+
+def direct_then_alternate(paths: list[str], number: int) -> list[str]:
+    """`direct` first, then the others, their order reversed every other round (A/B)."""
+    rest = [p for p in paths if p != "direct"]
+    return ["direct", *(rest if number % 2 == 0 else rest[::-1])]
 
 
 class Run:

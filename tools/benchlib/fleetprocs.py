@@ -25,7 +25,8 @@ import yaml
 from paho.mqtt import client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from benchlib.engine import BENCH, which
+from benchlib.engine import BENCH
+from benchlib.host import which
 from benchlib.procs import (
     BenchError,
     LineReader,

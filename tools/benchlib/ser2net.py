@@ -21,7 +21,8 @@ import os
 import time
 from typing import Any
 
-from benchlib.engine import Run, which
+from benchlib.engine import Run
+from benchlib.host import output, which
 from benchlib.procs import BenchError, Server, flush_pty, free_port, tail
 
 
@@ -76,8 +77,6 @@ def _await_listen(relay: Server, port: int) -> None:
 
 def ser2net_info() -> dict[str, Any]:
     """ser2net's version (None if not installed), and the section's `versions` words."""
-    from benchlib.cli import output
-
     binary = which("ser2net")
     version = output([binary, "-v"], "version").rpartition(" ")[2] if binary else ""
     return {

@@ -22,7 +22,18 @@ import time
 from pathlib import Path as FsPath
 from typing import Any
 
-from benchlib.engine import Bridge, Echo, Family, Leg, Path, Phase, Result, Run
+from benchlib.engine import (
+    Bridge,
+    Echo,
+    Family,
+    Leg,
+    Path,
+    Phase,
+    Result,
+    Run,
+    direct_then_alternate,
+)
+from benchlib.host import output
 from benchlib.procs import CpuMark, Server, Sim, Verld, memory_kb, verl_config
 from benchlib.report import Figure, Target, fig, ratio
 from verld.codec.verl import encode_frame
@@ -162,12 +173,6 @@ TARGETS = (
 )
 
 
-def direct_then_alternate(paths: list[str], number: int) -> list[str]:
-    """`direct` first, then the others, their order reversed every other round (A/B)."""
-    rest = [p for p in paths if p != "direct"]
-    return ["direct", *(rest if number % 2 == 0 else rest[::-1])]
-
-
 class Api(Family):
     name, title = "api", "verld's API against a direct pty and socat"
     figures, targets = FIGURES, TARGETS
@@ -288,8 +293,6 @@ class Api(Family):
         }
 
     def info(self, run: Run) -> dict[str, Any]:
-        from benchlib.cli import output
-
         socat = (output(["socat", "-V"], "socat version").split() + ["?"] * 3)[2]
         return {"baud": self.baud, "versions": f"socat {socat}"}
 

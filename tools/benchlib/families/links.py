@@ -30,7 +30,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from benchlib.engine import Bridge, Family, Leg, Path, Phase, Result, Run
+from benchlib.engine import Bridge, Family, Leg, Path, Phase, Result, Run, direct_then_alternate
 from benchlib.families.api import LAT1K, LAT32
 from benchlib.procs import Server, Sim, Verld, verl_config
 from benchlib.report import Figure, Target, ratio
@@ -184,8 +184,6 @@ class Links(Family):
         return [Phase("rounds", tuple(paths))]
 
     def ab_phase(self, checkouts: dict[str, Any]) -> Phase:
-        from benchlib.families.api import direct_then_alternate
-
         paths = [
             Path(n, (Leg(self.verld("rfc2217", co), (LAT32,)),), "ser2net")
             for n, co in checkouts.items()

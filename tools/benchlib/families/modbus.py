@@ -30,7 +30,18 @@ from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Any
 
-from benchlib.engine import Bridge, Family, Leg, Load, Path, Phase, Result, Run, Timing
+from benchlib.engine import (
+    Bridge,
+    Family,
+    Leg,
+    Load,
+    Path,
+    Phase,
+    Result,
+    Run,
+    Timing,
+    direct_then_alternate,
+)
 from benchlib.mbclients import Master
 from benchlib.procs import (
     BenchError,
@@ -431,8 +442,6 @@ class Modbus(Family):
         return out
 
     def ab_phase(self, checkouts: dict[str, Any]) -> Phase:
-        from benchlib.families.api import direct_then_alternate
-
         loads = (Masters("lock_py", "pymodbus"), Masters("lock_raw", "raw"))
         paths = [
             Path(name, (Leg(self.gateway("verld", LOCK_BAUD, TIMEOUT, RETRY, co), loads),))

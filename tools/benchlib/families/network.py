@@ -29,7 +29,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchlib.engine import Bridge, Echo, Family, Leg, Path, Phase, Result, Run
+from benchlib.engine import (
+    Bridge,
+    Echo,
+    Family,
+    Leg,
+    Path,
+    Phase,
+    Result,
+    Run,
+    direct_then_alternate,
+)
 from benchlib.families.api import LAT32, REPLY_BYTES
 from benchlib.procs import BenchError, Sim, Verld, free_port, verl_config
 from benchlib.report import Figure, Target, fig, ratio
@@ -270,8 +280,6 @@ class Network(Family):
         return out
 
     def ab_phase(self, checkouts: dict[str, Any]) -> Phase:
-        from benchlib.families.api import direct_then_alternate
-
         paths = [Path(n, (Leg(self.network(co), (LAT32,)),)) for n, co in checkouts.items()]
         direct = Path("direct", (Leg(self.direct, (LAT32,)),))
         return Phase("rounds", (direct, *paths), order=direct_then_alternate)

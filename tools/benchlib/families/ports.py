@@ -20,7 +20,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchlib.engine import Bridge, Echo, Family, Leg, Path, Phase, Result, Run
+from benchlib.engine import (
+    Bridge,
+    Echo,
+    Family,
+    Leg,
+    Path,
+    Phase,
+    Result,
+    Run,
+    direct_then_alternate,
+)
 from benchlib.families.api import LAT32, REPLY_BYTES
 from benchlib.procs import BenchError, Sim, Verld, verl_config
 from benchlib.report import Figure, Target, fig, ratio
@@ -189,8 +199,6 @@ class Ports(Family):
         return out
 
     def ab_phase(self, checkouts: dict[str, Any]) -> Phase:
-        from benchlib.families.api import direct_then_alternate
-
         paths = [Path(n, (Leg(self.ports(1, co), (LAT32,)),)) for n, co in checkouts.items()]
         direct = Path("direct", (Leg(self.direct, (LAT32,)),))
         return Phase("rounds", (direct, *paths), order=direct_then_alternate)
