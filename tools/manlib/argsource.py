@@ -65,18 +65,6 @@ def invocation(action: argparse.Action) -> str:
     return f"{names} {args}" if args else names
 
 
-def _expand(action: argparse.Action, prog: str) -> str:
-    """The help with argparse's %(name)s fields filled in, as --help shows it."""
-    text = action.help or ""
-    if "%" not in text:
-        return text
-    params = {k: v for k, v in vars(action).items() if v is not argparse.SUPPRESS}
-    params["prog"] = prog
-    if params.get("choices") is not None:
-        params["choices"] = ", ".join(str(c) for c in params["choices"])
-    return text % params
-
-
 def _default(action: argparse.Action) -> str:
     """ "Default: X." when the option takes a value, has a showable default and the
     help does not say it already."""
@@ -93,10 +81,11 @@ def _default(action: argparse.Action) -> str:
     return f"Default: {roff.bold(shown)}."
 
 
-def help_text(action: argparse.Action, prog: str) -> str:
-    """The help as a roff sentence: options in it in bold, the option's own
+def help_text(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """The help as a roff sentence (its `%(default)s` fields filled in by the parser's
+    own formatter, as --help fills them): options in it in bold, the option's own
     argument name in italics, then its default."""
-    text = _expand(action, prog).strip()
+    text = parser._get_formatter()._expand_help(action).strip() if action.help else ""
     if text and text[0].islower() and not text.startswith("verl"):
         text = text[0].upper() + text[1:]
     if text and not text.endswith("."):
@@ -186,7 +175,6 @@ def _usage_item(action: argparse.Action, *, bracket: bool) -> str:
 def options(
     page: roff.Page,
     parser: argparse.ArgumentParser,
-    prog: str,
     skip: Callable[[argparse.Action], bool] = lambda _a: False,
 ) -> int:
     """Every option and positional, by argument group (a group of its own gets a
@@ -206,7 +194,7 @@ def options(
         if group.title and group.title not in _DEFAULT_GROUPS:
             page.ss(group.title[0].upper() + group.title[1:])
         for action in actions:
-            page.tp(invocation(action), help_text(action, prog))
+            page.tp(invocation(action), help_text(parser, action))
             written += 1
     return written
 

@@ -31,6 +31,13 @@ GLYPHS = {
     "\u00a0": r"\ ",
 }
 
+#: what `escape` writes for the characters roff reads specially (a tab: a space)
+_SPECIAL = {"\\": r"\e", "-": r"\-", "\t": " ", **GLYPHS}
+_ESCAPES = str.maketrans(_SPECIAL)
+#: in code quotes stay as typed (`'` would otherwise render as a curly quote)
+_LITERAL = str.maketrans({**_SPECIAL, "'": r"\(aq", "`": r"\(ga"})
+_OTHER = re.compile(r"[^\x00-\x7f]")  #: a glyph without a name in GLYPHS: \[uXXXX]
+
 _INLINE = re.compile(
     r"`(?P<code>[^`]+)`"
     r"|\*\*(?P<bold>.+?)\*\*"
@@ -41,24 +48,9 @@ _INLINE = re.compile(
 
 def escape(text: str, *, literal: bool = False) -> str:
     """`text` as roff text (no macros, no font changes); `literal` also keeps quotes
-    and backquotes as typed (for code: `'` would otherwise render as a curly quote)."""
-    out = []
-    for ch in text:
-        if ch == "\\":
-            out.append(r"\e")
-        elif ch == "-":
-            out.append(r"\-")
-        elif literal and ch == "'":
-            out.append(r"\(aq")
-        elif literal and ch == "`":
-            out.append(r"\(ga")
-        elif ch == "\t":
-            out.append(" ")
-        elif ord(ch) < 128:
-            out.append(ch)
-        else:
-            out.append(GLYPHS.get(ch) or f"\\[u{ord(ch):04X}]")
-    return "".join(out)
+    and backquotes as typed (for code)."""
+    roff = text.translate(_LITERAL if literal else _ESCAPES)
+    return _OTHER.sub(lambda m: f"\\[u{ord(m[0]):04X}]", roff)
 
 
 def bold(text: str, outer: str = "R") -> str:
