@@ -356,3 +356,12 @@ def test_a_synopsis_form_naming_an_unknown_argument_stops_the_build() -> None:
     assert argsource.form(parser(), ["PORT"], {"PORT"}) == [r"\fIPORT\fR"]
     with pytest.raises(ValueError, match="no argument --device"):
         argsource.form(parser(), ["--device"], set())
+
+
+def test_a_table_row_with_a_cell_too_many_stops_the_reader() -> None:
+    """A docs table row whose cell count is not its header's is an error naming its line."""
+    with tools_on_path():
+        from manlib import markdown
+    text = "# t\n\n| key | meaning |\n|---|---|\n| `a` | one |\n| `b` | two | three |\n"
+    with pytest.raises(markdown.DocError, match=r"^doc\.md:6: 3 cells, the header has 2$"):
+        markdown.parse(text, "doc.md")
