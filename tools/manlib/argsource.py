@@ -35,25 +35,21 @@ def metavar(action: argparse.Action) -> str:
     return roff.italic(action.dest.upper() if action.option_strings else action.dest)
 
 
+class _RoffFormatter(argparse.HelpFormatter):
+    """argparse's own layout of an argument by its nargs (`[X ...]`, `X [X ...]`), with
+    the name in roff (`metavar`)."""
+
+    def _metavar_formatter(
+        self, action: argparse.Action, default_metavar: str
+    ) -> Callable[[int], tuple[str, ...]]:
+        name = metavar(action)
+        return lambda size: (name,) * size
+
+
 def arguments(action: argparse.Action) -> str:
-    """What follows the flag (or stands alone, for a positional) by its nargs."""
-    nargs = action.nargs
-    if nargs == 0:
-        return ""
-    name = metavar(action)
-    if nargs is None:
-        return name
-    if nargs == argparse.OPTIONAL:
-        return f"[{name}]"
-    if nargs == argparse.ZERO_OR_MORE:
-        return f"[{name} ...]"
-    if nargs == argparse.ONE_OR_MORE:
-        return f"{name} [{name} ...]"
-    if nargs in (argparse.PARSER, argparse.REMAINDER):
-        return f"{name} ..."
-    if isinstance(nargs, int):
-        return " ".join([name] * nargs)
-    raise ValueError(f"{action.dest}: nargs {nargs!r} not handled")
+    """What follows the flag (or stands alone, for a positional) by its nargs, as --help
+    shows it."""
+    return _RoffFormatter("")._format_args(action, "")
 
 
 def invocation(action: argparse.Action) -> str:
