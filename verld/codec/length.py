@@ -156,11 +156,6 @@ class LengthPortFraming(Bounded):
         self.discarding = False
 
 
-def _ping(cfg: Settings) -> bytes | None:
-    """`heartbeat.payload` (hex; empty: a zero-length message) while the heartbeat is on."""
-    return _device_ping(cfg) if cfg.heartbeat.interval > 0 else None
-
-
 def _device_ping(cfg: Settings) -> bytes:
     """`heartbeat.payload` (hex; empty by default: a zero-length message)."""
     return bytes.fromhex(cfg.heartbeat.payload)
@@ -178,6 +173,5 @@ LENGTH = CodecSpec(
     quiet=True,
     host=lambda cfg: LengthCodec(cfg.device.max_payload),
     device=lambda cfg: LengthPortFraming(cfg.device.max_payload),
-    ping=_ping,
     device_ping=_device_ping,
 )

@@ -305,11 +305,6 @@ def _device(cfg: Settings) -> LinePortFraming:
     return LinePortFraming(cfg.device.max_payload, line.terminator, line.encoding)
 
 
-def _ping(cfg: Settings) -> bytes | None:
-    """`heartbeat.payload` as text, when it is set and the heartbeat is on."""
-    return _device_ping(cfg) if cfg.heartbeat.interval > 0 else None
-
-
 def _device_ping(cfg: Settings) -> bytes | None:
     """`heartbeat.payload` as text; None when it is empty."""
     payload = cfg.heartbeat.payload
@@ -328,6 +323,5 @@ LINE = CodecSpec(
     quiet=True,
     host=_host,
     device=_device,
-    ping=_ping,
     device_ping=_device_ping,
 )

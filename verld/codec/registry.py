@@ -4,7 +4,7 @@ Strategy: one `CodecSpec` per codec, declared at the end of its own module and
 looked up here by the config's `device.codec`. Nothing outside this registry, the
 codec modules' own specs and the config schema compares codec names: code that
 must behave differently per codec asks the spec for a trait (`pipelined`, `bus`,
-`rtu`, `text`, `events`) or a factory (`host`, `device`, `ping`, `device_ping`).
+`rtu`, `text`, `events`) or a factory (`host`, `device`, `device_ping`).
 Adding a codec is one module and one line in `_SPECS`.
 """
 

@@ -46,11 +46,7 @@ class HeartbeatSettings(Protocol):
     """`heartbeat`: what the pings are made of."""
 
     @property
-    def interval(self) -> float: ...
-    @property
     def payload(self) -> str: ...
-    @property
-    def expect(self) -> str | None: ...
 
 
 class Settings(Protocol):
@@ -92,7 +88,6 @@ class CodecSpec:
     host: Callable[[Settings], LinkCodec]
     #: the device side (requests in, replies and events out): virtual ports, the sim
     device: Callable[[Settings], PortFraming]
-    #: what the handshake and heartbeat send (None: no handshake, heartbeat off)
-    ping: Callable[[Settings], bytes | None]
-    #: the device's ping whether or not the heartbeat is on (None: it has none)
+    #: the device's ping, from `heartbeat.payload`: what the handshake, the heartbeat
+    #: and the probe after a timeout send (None: the device has none)
     device_ping: Callable[[Settings], bytes | None]

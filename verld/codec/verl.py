@@ -311,6 +311,5 @@ VERL = CodecSpec(
     quiet=False,
     host=lambda cfg: VerlCodec(cfg.device.max_payload),
     device=lambda cfg: VerlPortFraming(cfg.device.max_payload),
-    ping=_ping,
     device_ping=_ping,
 )

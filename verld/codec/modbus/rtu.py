@@ -33,7 +33,6 @@ from verld.codec.modbus.wire import (
     crc16,
     device_ping,
     known_response,
-    ping,
     response_shape,
     rtu_frame,
     rtu_response_length,
@@ -202,6 +201,5 @@ MODBUS_RTU = CodecSpec(
     quiet=False,
     host=lambda cfg: ModbusRtuCodec(cfg.device.max_payload),
     device=lambda cfg: ModbusRtuPortFraming(),
-    ping=ping,
     device_ping=device_ping,
 )

@@ -31,7 +31,6 @@ from verld.codec.modbus.wire import (
     check_request,
     device_ping,
     mbap_frame,
-    ping,
 )
 from verld.codec.spec import CodecSpec
 
@@ -229,6 +228,5 @@ MODBUS_TCP = CodecSpec(
     quiet=False,
     host=lambda cfg: ModbusTcpCodec(cfg.device.max_payload),
     device=lambda cfg: ModbusTcpPortFraming(),
-    ping=ping,
     device_ping=device_ping,
 )

@@ -191,11 +191,6 @@ def known_request(fc: int) -> bool:
     return rtu_request_length(bytes((0, fc)) + bytes(12)) is not None
 
 
-def ping(cfg: Settings) -> bytes | None:
-    """`heartbeat.payload` (hex: unit + PDU), when it is set and the heartbeat is on."""
-    return device_ping(cfg) if cfg.heartbeat.interval > 0 else None
-
-
 def device_ping(cfg: Settings) -> bytes | None:
     """`heartbeat.payload` (hex: unit + PDU); None when it is empty."""
     payload = cfg.heartbeat.payload
