@@ -146,6 +146,40 @@ class TestPings:
         assert spec_of(cfg).device_ping(cfg) == b"\xe9"
 
 
+class TestChecks:
+    @pytest.mark.parametrize("name", ["verl", "length", "line", "modbus-rtu", "modbus-tcp"])
+    def test_the_defaults_pass(self, name: str) -> None:
+        """Every codec can send the default settings (with a Modbus ping where it needs one)."""
+        payload = "010300000001" if spec(name).bus else ""
+        assert spec(name).check(config(name, payload)) == []
+
+    @pytest.mark.parametrize(
+        ("name", "payload", "paths", "message"),
+        [
+            ("verl", "not hex", None, None),
+            ("length", "zz", ("heartbeat.payload", "device.codec"), "as hex bytes"),
+            ("length", "00" * 65, ("heartbeat.payload", "device.codec"), "65 bytes, more than"),
+            ("modbus-tcp", "zz", ("heartbeat.payload", "device.codec"), "hex Modbus request"),
+            ("modbus-rtu", "000300000001", ("heartbeat.payload", "device.codec"), "broadcast"),
+            ("line", "\u20ac", ("heartbeat.payload", "device.line.encoding"), "latin-1"),
+        ],
+    )
+    def test_a_payload_the_codec_cannot_send_is_a_problem(
+        self, name: str, payload: str, paths: tuple[str, ...] | None, message: str | None
+    ) -> None:
+        """check() names the keys at fault and why, for a ping its codec cannot frame."""
+        problems = spec(name).check(config(name, payload, encoding="latin-1"))
+        if paths is None:
+            assert problems == []
+        else:
+            [problem] = problems
+            assert problem.paths == paths and message in problem.message
+
+    def test_modbus_tcp_may_ping_unit_zero(self) -> None:
+        """modbus-tcp: unit 0 is an ordinary unit, not a broadcast (RTU's alone)."""
+        assert spec("modbus-tcp").check(config("modbus-tcp", "000300000001")) == []
+
+
 def _imports(path: Path) -> set[str]:
     """The verld modules `path` imports (anywhere in it, TYPE_CHECKING included)."""
     names = set()

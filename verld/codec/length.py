@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 
 from verld.codec.base import Bounded, Inbound, Kind, PortRequest
-from verld.codec.spec import CodecSpec, Settings
+from verld.codec.spec import CodecSpec, Problem, Settings
 
 __all__ = ["LENGTH", "LengthCodec", "LengthDecoder", "LengthPortFraming", "encode"]
 
@@ -161,6 +161,23 @@ def _device_ping(cfg: Settings) -> bytes:
     return bytes.fromhex(cfg.heartbeat.payload)
 
 
+def _check(cfg: Settings) -> list[Problem]:
+    """A heartbeat payload that is not hex, or longer than a request may be."""
+    where, payload = ("heartbeat.payload", "device.codec"), cfg.heartbeat.payload
+    try:
+        size = len(bytes.fromhex(payload))
+    except ValueError as exc:
+        message = (
+            f'codec length sends the payload as hex bytes (e.g. "00" or '
+            f'"de ad"), got {payload!r}: {exc}'
+        )
+        return [Problem(where, message)]
+    if size > cfg.device.max_payload:
+        message = f"{size} bytes, more than device.max_payload ({cfg.device.max_payload})"
+        return [Problem(where, message)]
+    return []
+
+
 LENGTH = CodecSpec(
     "length",
     pipelined=False,
@@ -174,4 +191,5 @@ LENGTH = CodecSpec(
     host=lambda cfg: LengthCodec(cfg.device.max_payload),
     device=lambda cfg: LengthPortFraming(cfg.device.max_payload),
     device_ping=_device_ping,
+    check=_check,
 )

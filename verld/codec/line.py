@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from verld.codec.base import Bounded, Inbound, Kind, PortRequest
-from verld.codec.spec import CodecSpec, Settings
+from verld.codec.spec import CodecSpec, Problem, Settings
 
 __all__ = ["LINE", "LineCodec", "LinePortFraming", "LineSplitter"]
 
@@ -311,6 +311,19 @@ def _device_ping(cfg: Settings) -> bytes | None:
     return payload.encode(cfg.device.line.encoding) if payload else None
 
 
+def _check(cfg: Settings) -> list[Problem]:
+    """The terminator and the heartbeat payload go out as encoded text: each must encode."""
+    line, problems = cfg.device.line, []
+    values = {"device.line.terminator": line.terminator, "heartbeat.payload": cfg.heartbeat.payload}
+    for path, value in values.items():
+        try:
+            value.encode(line.encoding)
+        except UnicodeEncodeError as exc:
+            message = f"cannot be encoded in {line.encoding}: {exc.reason}"
+            problems.append(Problem((path, "device.line.encoding"), message))
+    return problems
+
+
 LINE = CodecSpec(
     "line",
     pipelined=False,
@@ -324,4 +337,5 @@ LINE = CodecSpec(
     host=_host,
     device=_device,
     device_ping=_device_ping,
+    check=_check,
 )

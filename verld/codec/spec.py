@@ -1,17 +1,18 @@
-"""What every codec module declares: its traits and the factories of both its sides.
+"""What every codec module declares: its traits, the factories of both its sides and
+the check of the settings it is given.
 
 A codec module ends with one `CodecSpec`; `verld.codec.registry` lists them by name.
-The factories read the config only through the small `Settings` protocols below
-(which `verld.config.Config` satisfies): the codecs sit below the config in the
-import order (the config's schema checks Modbus calls with `verld.codec.modbus`),
-and a test can hand a factory a bare stand-in.
+The factories and `check` read the config only through the small `Settings`
+protocols below (which `verld.config.Config` satisfies): the codecs sit below the
+config in the import order (the config takes its codec names from the registry and
+runs each codec's `check`), and a test can hand a factory a bare stand-in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from verld.codec.base import LinkCodec, PortFraming
 
@@ -34,8 +35,12 @@ class LineSettings(Protocol):
 
 
 class DeviceSettings(Protocol):
-    """`device`: what every codec reads."""
+    """`device`: what every codec reads, and the registry (which codec, its retries)."""
 
+    @property
+    def codec(self) -> str: ...
+    @property
+    def retry(self) -> int | None: ...
     @property
     def max_payload(self) -> int: ...
     @property
@@ -56,6 +61,29 @@ class Settings(Protocol):
     def device(self) -> DeviceSettings: ...
     @property
     def heartbeat(self) -> HeartbeatSettings: ...
+
+
+class Problem(NamedTuple):
+    """A setting a codec cannot work with, as the config reports it."""
+
+    paths: tuple[str, ...]  #: the config keys at fault, the first one reported
+    message: str
+
+
+#: the settings a codec's `check` may read: the config runs it once these passed
+#: their own checks, so one typo does not cause a second, confusing message
+CHECKED = (
+    "device.codec",
+    "device.max_payload",
+    "device.line.terminator",
+    "device.line.encoding",
+    "heartbeat.payload",
+)
+
+
+def no_problems(cfg: Settings) -> list[Problem]:
+    """A codec that can send any settings it may be given."""
+    return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +119,6 @@ class CodecSpec:
     #: the device's ping, from `heartbeat.payload`: what the handshake, the heartbeat
     #: and the probe after a timeout send (None: the device has none)
     device_ping: Callable[[Settings], bytes | None]
+    #: what in the settings (`CHECKED`) this codec cannot send, e.g. a heartbeat
+    #: payload it cannot frame: the config schema reports each problem
+    check: Callable[[Settings], list[Problem]]

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from verld.codec import cobs
 from verld.codec.base import Bounded, Inbound, Kind, PortRequest
-from verld.codec.spec import CodecSpec, Settings
+from verld.codec.spec import CodecSpec, Settings, no_problems
 
 __all__ = [
     "VERL",
@@ -312,4 +312,5 @@ VERL = CodecSpec(
     host=lambda cfg: VerlCodec(cfg.device.max_payload),
     device=lambda cfg: VerlPortFraming(cfg.device.max_payload),
     device_ping=_ping,
+    check=no_problems,
 )

@@ -29,6 +29,7 @@ from verld.codec.modbus.wire import (
     MAX_PDU,
     MAX_RTU_FRAME,
     MIN_RTU_FRAME,
+    check_ping,
     check_request,
     crc16,
     device_ping,
@@ -202,4 +203,5 @@ MODBUS_RTU = CodecSpec(
     host=lambda cfg: ModbusRtuCodec(cfg.device.max_payload),
     device=lambda cfg: ModbusRtuPortFraming(),
     device_ping=device_ping,
+    check=lambda cfg: check_ping(cfg, rtu=True),
 )

@@ -28,6 +28,7 @@ from verld.codec.modbus.wire import (
     MAX_PDU,
     MBAP,
     MBAP_HEAD,
+    check_ping,
     check_request,
     device_ping,
     mbap_frame,
@@ -229,4 +230,5 @@ MODBUS_TCP = CodecSpec(
     host=lambda cfg: ModbusTcpCodec(cfg.device.max_payload),
     device=lambda cfg: ModbusTcpPortFraming(),
     device_ping=device_ping,
+    check=lambda cfg: check_ping(cfg, rtu=False),
 )
