@@ -156,7 +156,7 @@ class TestChecks:
     @pytest.mark.parametrize(
         ("name", "payload", "paths", "message"),
         [
-            ("verl", "not hex", None, None),
+            ("verl", "not hex", None, ""),
             ("length", "zz", ("heartbeat.payload", "device.codec"), "as hex bytes"),
             ("length", "00" * 65, ("heartbeat.payload", "device.codec"), "65 bytes, more than"),
             ("modbus-tcp", "zz", ("heartbeat.payload", "device.codec"), "hex Modbus request"),
@@ -165,7 +165,7 @@ class TestChecks:
         ],
     )
     def test_a_payload_the_codec_cannot_send_is_a_problem(
-        self, name: str, payload: str, paths: tuple[str, ...] | None, message: str | None
+        self, name: str, payload: str, paths: tuple[str, ...] | None, message: str
     ) -> None:
         """check() names the keys at fault and why, for a ping its codec cannot frame."""
         problems = spec(name).check(config(name, payload, encoding="latin-1"))
