@@ -336,6 +336,7 @@ LINE = CodecSpec(
     quiet=True,
     host=_host,
     device=_device,
+    commands=None,
     device_ping=_device_ping,
     check=_check,
 )

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from verld.codec.base import LinkCodec, PortFraming
+from verld.codec.base import CommandFraming, LinkCodec, PortFraming
 
 
 class LineSettings(Protocol):
@@ -114,8 +114,12 @@ class CodecSpec:
     quiet: bool
     #: the daemon side (requests out, replies and events in)
     host: Callable[[Settings], LinkCodec]
-    #: the device side (requests in, replies and events out): virtual ports, the sim
+    #: the device side (requests in, replies and events out) for a virtual port
     device: Callable[[Settings], PortFraming]
+    #: a device's own side, from `device.max_payload`, where the requests are binary
+    #: commands (the simulator runs its command set over it); None where they are not:
+    #: lines (`text`) or unit + PDU (`bus`)
+    commands: Callable[[int], CommandFraming] | None
     #: the device's ping, from `heartbeat.payload`: what the handshake, the heartbeat
     #: and the probe after a timeout send (None: the device has none)
     device_ping: Callable[[Settings], bytes | None]

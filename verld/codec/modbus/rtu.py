@@ -202,6 +202,7 @@ MODBUS_RTU = CodecSpec(
     quiet=False,
     host=lambda cfg: ModbusRtuCodec(cfg.device.max_payload),
     device=lambda cfg: ModbusRtuPortFraming(),
+    commands=None,
     device_ping=device_ping,
     check=lambda cfg: check_ping(cfg, rtu=True),
 )

@@ -229,6 +229,7 @@ MODBUS_TCP = CodecSpec(
     quiet=False,
     host=lambda cfg: ModbusTcpCodec(cfg.device.max_payload),
     device=lambda cfg: ModbusTcpPortFraming(),
+    commands=None,
     device_ping=device_ping,
     check=lambda cfg: check_ping(cfg, rtu=False),
 )
