@@ -6,7 +6,7 @@ looked up here by the config's `device.codec`. `_SPECS` is the only list of code
 nothing outside this registry and the codec modules' own specs compares codec
 names: code that must behave differently per codec asks the spec for a trait
 (`pipelined`, `bus`, `rtu`, `text`, `events`), a factory (`host`, `device`,
-`device_ping`) or its settings check (`check`). Adding a codec is one module and
+`commands`, `device_ping`) or its settings check (`check`). Adding a codec is one module and
 one line in `_SPECS`.
 """
 

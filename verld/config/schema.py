@@ -229,6 +229,5 @@ def _check_modbus_listen(codec: str, ctx: Context) -> None:
         ctx.error_at(
             ("modbus.listen", "device.codec"),
             f"the Modbus TCP server needs device.codec {' or '.join(MODBUS_CODECS)} "
-            f"(got {codec}); "
-            "set modbus.listen: null",
+            f"(got {codec}); set modbus.listen: null",
         )
