@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verld.codec.base import Inbound, Kind
-from verld.codec.length import LengthCodec, LengthDecoder, encode
+from verld.codec.base import Inbound, Kind, PortRequest
+from verld.codec.length import LengthCodec, LengthCommandFraming, LengthDecoder, encode
 
 MAX = 64
 
@@ -143,3 +143,25 @@ class TestLengthCodec:
         assert messages == [Inbound(Kind.EVENT, None, None, b"e" * MAX)]
         assert codec.bad_frames == 1
         assert codec.desync is None
+
+
+class TestCommandFraming:
+    def test_an_oversize_request_is_read_whole_and_passed_on(self) -> None:
+        """A device reads a request above max_payload (up to 2x + 64) whole: it refuses it."""
+        framing = LengthCommandFraming(MAX)
+        assert framing.feed(encode(bytes(MAX + 1))) == [PortRequest(None, bytes(MAX + 1))]
+        assert (framing.bad_frames, framing.oversize) == (0, 0)
+
+    def test_an_impossible_length_is_noise_and_reading_goes_on(self) -> None:
+        """A length beyond 2 x max_payload + 64 drops the stream, counts a bad frame, reads on."""
+        framing = LengthCommandFraming(MAX)
+        assert framing.feed((2 * MAX + 65).to_bytes(4, "big")) == []
+        assert framing.feed(encode(b"\x01")) == [PortRequest(None, b"\x01")]
+        assert framing.bad_frames == 1
+
+    def test_reply_is_length_status_data_and_damage_spares_the_prefix(self) -> None:
+        """A reply is length + status + data; only bytes after the prefix are damageable."""
+        framing = LengthCommandFraming(MAX)
+        reply = framing.reply(None, 0xFE, b"no")
+        assert reply == encode(b"\xfeno")
+        assert framing.damageable(reply) == [4, 5, 6]

@@ -118,53 +118,66 @@ class TestFactories:
 
 class TestPings:
     @pytest.mark.parametrize(
-        ("name", "payload", "interval", "ping", "device_ping"),
+        ("name", "payload", "device_ping"),
         [
-            ("verl", "", 2.0, b"", b""),
-            ("verl", "0102", 0.0, b"", b""),
-            ("length", "", 2.0, b"", b""),
-            ("length", "0102", 2.0, b"\x01\x02", b"\x01\x02"),
-            ("length", "0102", 0.0, None, b"\x01\x02"),
-            ("line", "", 2.0, None, None),
-            ("line", "*IDN?", 2.0, b"*IDN?", b"*IDN?"),
-            ("line", "*IDN?", 0.0, None, b"*IDN?"),
-            ("modbus-rtu", "", 2.0, None, None),
-            (
-                "modbus-rtu",
-                "010300000001",
-                2.0,
-                bytes.fromhex("010300000001"),
-                bytes.fromhex("010300000001"),
-            ),
-            ("modbus-rtu", "010300000001", 0.0, None, bytes.fromhex("010300000001")),
-            ("modbus-tcp", "", 2.0, None, None),
-            (
-                "modbus-tcp",
-                "010300000001",
-                2.0,
-                bytes.fromhex("010300000001"),
-                bytes.fromhex("010300000001"),
-            ),
-            ("modbus-tcp", "010300000001", 0.0, None, bytes.fromhex("010300000001")),
+            ("verl", "", b""),
+            ("verl", "0102", b""),
+            ("length", "", b""),
+            ("length", "0102", b"\x01\x02"),
+            ("line", "", None),
+            ("line", "*IDN?", b"*IDN?"),
+            ("modbus-rtu", "", None),
+            ("modbus-rtu", "010300000001", bytes.fromhex("010300000001")),
+            ("modbus-tcp", "", None),
+            ("modbus-tcp", "010300000001", bytes.fromhex("010300000001")),
         ],
     )
-    def test_pings(
-        self,
-        name: str,
-        payload: str,
-        interval: float,
-        ping: bytes | None,
-        device_ping: bytes | None,
+    @pytest.mark.parametrize("interval", [2.0, 0.0])
+    def test_device_ping(
+        self, name: str, payload: str, device_ping: bytes | None, interval: float
     ) -> None:
-        """What the handshake/heartbeat send, and the device's ping, per codec and heartbeat."""
+        """The device's ping per codec and heartbeat.payload, the heartbeat on or off."""
         cfg = config(name, payload, interval)
-        assert spec(name).ping(cfg) == ping
         assert spec(name).device_ping(cfg) == device_ping
 
     def test_line_pings_in_the_line_encoding(self) -> None:
         """line: heartbeat.payload is encoded with device.line.encoding."""
         cfg = config("line", "\xe9", 2.0, encoding="latin-1")
-        assert spec_of(cfg).ping(cfg) == b"\xe9"
+        assert spec_of(cfg).device_ping(cfg) == b"\xe9"
+
+
+class TestChecks:
+    @pytest.mark.parametrize("name", ["verl", "length", "line", "modbus-rtu", "modbus-tcp"])
+    def test_the_defaults_pass(self, name: str) -> None:
+        """Every codec can send the default settings (with a Modbus ping where it needs one)."""
+        payload = "010300000001" if spec(name).bus else ""
+        assert spec(name).check(config(name, payload)) == []
+
+    @pytest.mark.parametrize(
+        ("name", "payload", "paths", "message"),
+        [
+            ("verl", "not hex", None, ""),
+            ("length", "zz", ("heartbeat.payload", "device.codec"), "as hex bytes"),
+            ("length", "00" * 65, ("heartbeat.payload", "device.codec"), "65 bytes, more than"),
+            ("modbus-tcp", "zz", ("heartbeat.payload", "device.codec"), "hex Modbus request"),
+            ("modbus-rtu", "000300000001", ("heartbeat.payload", "device.codec"), "broadcast"),
+            ("line", "\u20ac", ("heartbeat.payload", "device.line.encoding"), "latin-1"),
+        ],
+    )
+    def test_a_payload_the_codec_cannot_send_is_a_problem(
+        self, name: str, payload: str, paths: tuple[str, ...] | None, message: str
+    ) -> None:
+        """check() names the keys at fault and why, for a ping its codec cannot frame."""
+        problems = spec(name).check(config(name, payload, encoding="latin-1"))
+        if paths is None:
+            assert problems == []
+        else:
+            [problem] = problems
+            assert problem.paths == paths and message in problem.message
+
+    def test_modbus_tcp_may_ping_unit_zero(self) -> None:
+        """modbus-tcp: unit 0 is an ordinary unit, not a broadcast (RTU's alone)."""
+        assert spec("modbus-tcp").check(config("modbus-tcp", "000300000001")) == []
 
 
 def _imports(path: Path) -> set[str]:

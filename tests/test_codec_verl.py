@@ -11,11 +11,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from verld.codec import cobs
-from verld.codec.base import Inbound, Kind
+from verld.codec.base import Inbound, Kind, PortRequest
 from verld.codec.verl import (
     FrameDecoder,
     RequestDecoder,
     VerlCodec,
+    VerlCommandFraming,
     VerlFrame,
     encode_event,
     encode_frame,
@@ -388,3 +389,27 @@ class TestDeviceSide:
             Inbound(Kind.REPLY, 300, 0x05, b"abc"),
             Inbound(Kind.EVENT, None, None, b"ev"),
         ]
+
+
+class TestCommandFraming:
+    def test_a_request_in_and_its_reply_out_carry_the_seq(self) -> None:
+        """A device reads (seq, payload) and its reply is what VerlCodec takes as that seq's."""
+        framing = VerlCommandFraming(MAX)
+        assert framing.feed(encode_frame(0x11, 9, b"\x01a")) == [PortRequest(9, b"\x01a")]
+        wire = framing.reply(9, 0x00, b"a") + framing.event(b"ev")
+        assert VerlCodec(MAX).feed(wire, awaiting_reply=True) == [
+            Inbound(Kind.REPLY, 9, 0x00, b"a"),
+            Inbound(Kind.EVENT, None, None, b"ev"),
+        ]
+
+    def test_noise_and_oversize_are_counted_and_skipped(self) -> None:
+        """Noise and a request above max_payload are dropped and counted; reading goes on."""
+        framing = VerlCommandFraming(8)
+        wire = b"\x00junk\x00" + encode_frame(0x11, 1, bytes(9)) + encode_frame(0x11, 2, b"")
+        assert framing.feed(wire) == [PortRequest(2, b"")]
+        assert framing.bad_frames + framing.oversize == 2
+
+    def test_only_non_zero_bytes_are_damageable(self) -> None:
+        """The damageable bytes are the non-zero ones: the zeros delimit the frame."""
+        frame = encode_reply(5, 0, bytes(3))
+        assert VerlCommandFraming(MAX).damageable(frame) == [i for i, b in enumerate(frame) if b]

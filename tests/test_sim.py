@@ -20,15 +20,14 @@ from typing import Any
 
 import pytest
 
-from verld.codec.length import LengthDecoder
+from verld.codec.length import LengthCommandFraming, LengthDecoder
 from verld.codec.length import encode as length_encode
 from verld.codec.line import LineSplitter
-from verld.codec.verl import FrameDecoder, VerlFrame, encode_frame
+from verld.codec.verl import FrameDecoder, VerlCommandFraming, VerlFrame, encode_frame
 from verld.sim.device import (
+    CommandPersonality,
     Device,
-    LengthPersonality,
     LinePersonality,
-    VerlPersonality,
     make_personality,
     run_binary,
     run_line,
@@ -240,8 +239,8 @@ class TestMakePersonality:
     @pytest.mark.parametrize(
         ("codec", "kind"),
         [
-            ("verl", VerlPersonality),
-            ("length", LengthPersonality),
+            ("verl", CommandPersonality),
+            ("length", CommandPersonality),
             ("line", LinePersonality),
             ("modbus-rtu", ModbusRtuPersonality),
             ("modbus-tcp", ModbusTcpPersonality),
@@ -250,6 +249,19 @@ class TestMakePersonality:
     def test_each_codec_gets_its_personality(self, codec: str, kind: type) -> None:
         """make_personality picks the personality of the codec the name stands for."""
         assert isinstance(make_personality(codec, 64), kind)
+
+    @pytest.mark.parametrize(
+        ("codec", "framing", "pipelined"),
+        [("verl", VerlCommandFraming, True), ("length", LengthCommandFraming, False)],
+    )
+    def test_binary_commands_run_over_the_codecs_own_framing(
+        self, codec: str, framing: type, pipelined: bool
+    ) -> None:
+        """A binary codec's device is the command set over its spec's `commands` framing."""
+        personality = make_personality(codec, 64)
+        assert isinstance(personality, CommandPersonality)
+        assert isinstance(personality.framing, framing)
+        assert personality.pipelined is pipelined
 
     def test_an_rtu_slave_takes_broadcasts_and_a_tcp_one_does_not(self) -> None:
         """modbus-rtu: unit 0 is the broadcast address; modbus-tcp: it is a unit."""
@@ -284,7 +296,7 @@ class TestDevice:
 
     def test_verl_corruption_keeps_the_framing(self) -> None:
         """A corrupted verl frame keeps its zero bytes where they were, so the CRC catches it."""
-        personality = VerlPersonality(64)
+        personality = make_personality("verl", 64)
         rng = random.Random(7)
         frame = encode_frame(REPLY, 5, bytes(range(40)))
         for _ in range(200):

@@ -37,7 +37,7 @@ from typing import Any
 import structlog
 
 from verld import __version__
-from verld.codec.registry import spec
+from verld.codec.registry import CODECS, spec
 from verld.config import Config, DeviceConfig
 from verld.config.load import parse_with, read_text
 from verld.config.model import MODBUS_DEVICE_DEFAULTS
@@ -113,8 +113,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--codec",
         metavar="CODEC",
-        help="the device's codec (device.codec): verl, length, line, modbus-rtu or modbus-tcp "
-        "(default: verl, or the config's)",
+        help=f"the device's codec (device.codec): {_either(list(CODECS))} "
+        f"(default: {DeviceConfig().codec}, or the config's)",
     )
     p.add_argument(
         "--baudrate",
@@ -196,6 +196,11 @@ class Start:
     def reread(self, path: str) -> Config:
         """The file again, with the command line on top (a reload); ConfigError."""
         return load(path, self.options)
+
+
+def _either(names: list[str]) -> str:
+    """`a, b or c`."""
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def default_config_path(env: Mapping[str, str] = os.environ) -> str:

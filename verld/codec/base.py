@@ -8,8 +8,7 @@ stream that is out of step beyond repair (the `length` codec's bad length) sets
 
 Each codec has two sides: the host side (`LinkCodec`: requests out, replies and
 events in) is the daemon's; the device side (`PortFraming`: requests in, replies
-and events out) is what verld plays on a virtual serial port, and its pieces frame
-the simulator's answers too.
+and events out) is what verld plays on a virtual serial port.
 
 Device side, answers: `reply` takes how the call ended. A status of None means
 the device did not answer (the call timed out or never went out): nothing is
@@ -24,6 +23,12 @@ frame) is discarded: its bytes are counted in `ignored`, `discarding` turns True
 and every byte fed after is ignored too, until the front, having seen
 `device.guard` seconds of quiet, calls `reset`. Whatever the program wrote in the
 meantime is out of step and worthless; after a quiet spell it is starting afresh.
+
+A device's own side (`CommandFraming`: the codecs whose requests are binary
+commands, verl and length) is what a device that runs those commands reads and
+writes, the simulator's: unlike a port's framing it never goes out of step, it
+skips noise and reads on as a device does, and it says which bytes of an answer
+may be damaged while keeping the framing (the simulator's corrupt fault).
 """
 
 from __future__ import annotations
@@ -145,3 +150,40 @@ class Bounded:
     def flush(self) -> list[PortRequest]:
         """Nothing: on a self-delimiting framing silence ends nothing."""
         return []
+
+
+class CommandFraming(Protocol):
+    """A device's own side of a codec whose requests are binary commands (payload in;
+    status byte and data, or an event, out): the simulator's."""
+
+    @property
+    def bad_frames(self) -> int:
+        """Input dropped as noise since creation."""
+        ...
+
+    @property
+    def oversize(self) -> int:
+        """Requests above max_payload dropped unanswered (a codec that reads them
+        whole passes them on: the device answers them)."""
+        ...
+
+    def feed(self, data: bytes) -> list[PortRequest]:
+        """The requests completed by `data`, in order; the tag is the request's seq."""
+        ...
+
+    def reply(self, tag: int | None, status: int, data: bytes) -> bytes:
+        """The reply to the request of `tag`."""
+        ...
+
+    def event(self, data: bytes) -> bytes:
+        """One event."""
+        ...
+
+    def damageable(self, chunk: bytes) -> list[int]:
+        """Where in `chunk` (one reply or event) a byte may change, to anything but
+        0x00, and the framing still hold: the receiver's check must catch it."""
+        ...
+
+    def reset(self) -> None:
+        """Forget partial input."""
+        ...

@@ -11,7 +11,10 @@ while one is, is its reply; every other frame is an event.
 
 Device side (`LengthPortFraming`): each length-prefixed message is a call; the
 reply is length + status + data, an event a length frame. A length above
-max_payload puts the port out of step (see `verld.codec.base`, bounds).
+max_payload puts the port out of step (see `verld.codec.base`, bounds). A device's
+own side (`LengthCommandFraming`) is more forgiving: it reads a request up to twice
+max_payload whole and passes it on (the device refuses it), and takes a longer
+length for noise, dropping what it holds and reading on.
 """
 
 from __future__ import annotations
@@ -19,9 +22,16 @@ from __future__ import annotations
 import struct
 
 from verld.codec.base import Bounded, Inbound, Kind, PortRequest
-from verld.codec.spec import CodecSpec, Settings
+from verld.codec.spec import CodecSpec, Problem, Settings
 
-__all__ = ["LENGTH", "LengthCodec", "LengthDecoder", "LengthPortFraming", "encode"]
+__all__ = [
+    "LENGTH",
+    "LengthCodec",
+    "LengthCommandFraming",
+    "LengthDecoder",
+    "LengthPortFraming",
+    "encode",
+]
 
 _LENGTH = struct.Struct(">I")
 
@@ -156,14 +166,58 @@ class LengthPortFraming(Bounded):
         self.discarding = False
 
 
-def _ping(cfg: Settings) -> bytes | None:
-    """`heartbeat.payload` (hex; empty: a zero-length message) while the heartbeat is on."""
-    return _device_ping(cfg) if cfg.heartbeat.interval > 0 else None
+class LengthCommandFraming:
+    """`length` as a device reads and answers it (`CommandFraming`)."""
+
+    oversize = 0  #: none dropped: an oversize request is passed on, for the device to refuse
+
+    def __init__(self, max_payload: int) -> None:
+        self.bad_frames = 0
+        # Oversize but plausible lengths are read whole; a length beyond this is
+        # noise: the stream is dropped and read afresh.
+        self._decoder = LengthDecoder(2 * max_payload + 64)
+
+    def feed(self, data: bytes) -> list[PortRequest]:
+        frames = self._decoder.feed(data)
+        if self._decoder.desync:
+            self.bad_frames += 1
+            self._decoder.reset()
+        return [PortRequest(None, frame) for frame in frames]
+
+    def reply(self, tag: int | None, status: int, data: bytes) -> bytes:
+        return encode(bytes((status,)) + data)
+
+    def event(self, data: bytes) -> bytes:
+        return encode(data)
+
+    def damageable(self, chunk: bytes) -> list[int]:
+        # Only the payload: a changed length prefix would desync the stream instead.
+        return list(range(4, len(chunk)))
+
+    def reset(self) -> None:
+        self._decoder.reset()
 
 
 def _device_ping(cfg: Settings) -> bytes:
     """`heartbeat.payload` (hex; empty by default: a zero-length message)."""
     return bytes.fromhex(cfg.heartbeat.payload)
+
+
+def _check(cfg: Settings) -> list[Problem]:
+    """A heartbeat payload that is not hex, or longer than a request may be."""
+    where, payload = ("heartbeat.payload", "device.codec"), cfg.heartbeat.payload
+    try:
+        size = len(bytes.fromhex(payload))
+    except ValueError as exc:
+        message = (
+            f'codec length sends the payload as hex bytes (e.g. "00" or '
+            f'"de ad"), got {payload!r}: {exc}'
+        )
+        return [Problem(where, message)]
+    if size > cfg.device.max_payload:
+        message = f"{size} bytes, more than device.max_payload ({cfg.device.max_payload})"
+        return [Problem(where, message)]
+    return []
 
 
 LENGTH = CodecSpec(
@@ -178,6 +232,7 @@ LENGTH = CodecSpec(
     quiet=True,
     host=lambda cfg: LengthCodec(cfg.device.max_payload),
     device=lambda cfg: LengthPortFraming(cfg.device.max_payload),
-    ping=_ping,
+    commands=LengthCommandFraming,
     device_ping=_device_ping,
+    check=_check,
 )

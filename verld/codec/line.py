@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from verld.codec.base import Bounded, Inbound, Kind, PortRequest
-from verld.codec.spec import CodecSpec, Settings
+from verld.codec.spec import CodecSpec, Problem, Settings
 
 __all__ = ["LINE", "LineCodec", "LinePortFraming", "LineSplitter"]
 
@@ -305,15 +305,23 @@ def _device(cfg: Settings) -> LinePortFraming:
     return LinePortFraming(cfg.device.max_payload, line.terminator, line.encoding)
 
 
-def _ping(cfg: Settings) -> bytes | None:
-    """`heartbeat.payload` as text, when it is set and the heartbeat is on."""
-    return _device_ping(cfg) if cfg.heartbeat.interval > 0 else None
-
-
 def _device_ping(cfg: Settings) -> bytes | None:
     """`heartbeat.payload` as text; None when it is empty."""
     payload = cfg.heartbeat.payload
     return payload.encode(cfg.device.line.encoding) if payload else None
+
+
+def _check(cfg: Settings) -> list[Problem]:
+    """The terminator and the heartbeat payload go out as encoded text: each must encode."""
+    line, problems = cfg.device.line, []
+    values = {"device.line.terminator": line.terminator, "heartbeat.payload": cfg.heartbeat.payload}
+    for path, value in values.items():
+        try:
+            value.encode(line.encoding)
+        except UnicodeEncodeError as exc:
+            message = f"cannot be encoded in {line.encoding}: {exc.reason}"
+            problems.append(Problem((path, "device.line.encoding"), message))
+    return problems
 
 
 LINE = CodecSpec(
@@ -328,6 +336,7 @@ LINE = CodecSpec(
     quiet=True,
     host=_host,
     device=_device,
-    ping=_ping,
+    commands=None,
     device_ping=_device_ping,
+    check=_check,
 )

@@ -1,19 +1,20 @@
-"""What every codec module declares: its traits and the factories of both its sides.
+"""What every codec module declares: its traits, the factories of both its sides and
+the check of the settings it is given.
 
 A codec module ends with one `CodecSpec`; `verld.codec.registry` lists them by name.
-The factories read the config only through the small `Settings` protocols below
-(which `verld.config.Config` satisfies): the codecs sit below the config in the
-import order (the config's schema checks Modbus calls with `verld.codec.modbus`),
-and a test can hand a factory a bare stand-in.
+The factories and `check` read the config only through the small `Settings`
+protocols below (which `verld.config.Config` satisfies): the codecs sit below the
+config in the import order (the config takes its codec names from the registry and
+runs each codec's `check`), and a test can hand a factory a bare stand-in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-from verld.codec.base import LinkCodec, PortFraming
+from verld.codec.base import CommandFraming, LinkCodec, PortFraming
 
 
 class LineSettings(Protocol):
@@ -34,8 +35,12 @@ class LineSettings(Protocol):
 
 
 class DeviceSettings(Protocol):
-    """`device`: what every codec reads."""
+    """`device`: what every codec reads, and the registry (which codec, its retries)."""
 
+    @property
+    def codec(self) -> str: ...
+    @property
+    def retry(self) -> int | None: ...
     @property
     def max_payload(self) -> int: ...
     @property
@@ -46,11 +51,7 @@ class HeartbeatSettings(Protocol):
     """`heartbeat`: what the pings are made of."""
 
     @property
-    def interval(self) -> float: ...
-    @property
     def payload(self) -> str: ...
-    @property
-    def expect(self) -> str | None: ...
 
 
 class Settings(Protocol):
@@ -60,6 +61,29 @@ class Settings(Protocol):
     def device(self) -> DeviceSettings: ...
     @property
     def heartbeat(self) -> HeartbeatSettings: ...
+
+
+class Problem(NamedTuple):
+    """A setting a codec cannot work with, as the config reports it."""
+
+    paths: tuple[str, ...]  #: the config keys at fault, the first one reported
+    message: str
+
+
+#: the settings a codec's `check` may read: the config runs it once these passed
+#: their own checks, so one typo does not cause a second, confusing message
+CHECKED = (
+    "device.codec",
+    "device.max_payload",
+    "device.line.terminator",
+    "device.line.encoding",
+    "heartbeat.payload",
+)
+
+
+def no_problems(cfg: Settings) -> list[Problem]:
+    """A codec that can send any settings it may be given."""
+    return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +114,15 @@ class CodecSpec:
     quiet: bool
     #: the daemon side (requests out, replies and events in)
     host: Callable[[Settings], LinkCodec]
-    #: the device side (requests in, replies and events out): virtual ports, the sim
+    #: the device side (requests in, replies and events out) for a virtual port
     device: Callable[[Settings], PortFraming]
-    #: what the handshake and heartbeat send (None: no handshake, heartbeat off)
-    ping: Callable[[Settings], bytes | None]
-    #: the device's ping whether or not the heartbeat is on (None: it has none)
+    #: a device's own side, from `device.max_payload`, where the requests are binary
+    #: commands (the simulator runs its command set over it); None where they are not:
+    #: lines (`text`) or unit + PDU (`bus`)
+    commands: Callable[[int], CommandFraming] | None
+    #: the device's ping, from `heartbeat.payload`: what the handshake, the heartbeat
+    #: and the probe after a timeout send (None: the device has none)
     device_ping: Callable[[Settings], bytes | None]
+    #: what in the settings (`CHECKED`) this codec cannot send, e.g. a heartbeat
+    #: payload it cannot frame: the config schema reports each problem
+    check: Callable[[Settings], list[Problem]]

@@ -12,9 +12,9 @@ most the frame it hits. Only the incomplete tail is kept between `feed` calls,
 and it is bounded: a tail longer than the largest possible encoded frame cannot
 become a frame, so it is dropped and input is skipped up to the next zero.
 
-Device side (`VerlPortFraming`, and the simulator's framing): request frames are
-decoded as a device decodes them (`RequestDecoder`); bad ones are dropped and
-counted in `bad_frames`. The tag is the program's seq; the reply is a reply frame
+Device side (`VerlPortFraming`, and a device's own, `VerlCommandFraming`): request
+frames are decoded as a device decodes them (`RequestDecoder`); bad ones are
+dropped and counted in `bad_frames`. The tag is the program's seq; the reply is a reply frame
 with that seq (`encode_reply`), an event an event frame with seq 0 (`encode_event`).
 A zero-free run longer than any request frame puts the port framing out of step
 (see `verld.codec.base`, bounds).
@@ -28,13 +28,14 @@ from typing import NamedTuple
 
 from verld.codec import cobs
 from verld.codec.base import Bounded, Inbound, Kind, PortRequest
-from verld.codec.spec import CodecSpec, Settings
+from verld.codec.spec import CodecSpec, Settings, no_problems
 
 __all__ = [
     "VERL",
     "FrameDecoder",
     "RequestDecoder",
     "VerlCodec",
+    "VerlCommandFraming",
     "VerlFrame",
     "VerlPortFraming",
     "encode_event",
@@ -243,6 +244,38 @@ class RequestDecoder:
         self._frames.reset()
 
 
+class VerlCommandFraming:
+    """`verl` as a device reads and answers it (`CommandFraming`): a frame that is not
+    a request is noise, and the next zero byte starts afresh."""
+
+    def __init__(self, max_payload: int) -> None:
+        self._requests = RequestDecoder(max_payload)
+
+    @property
+    def bad_frames(self) -> int:
+        return self._requests.bad_frames
+
+    @property
+    def oversize(self) -> int:
+        return self._requests.oversize
+
+    def feed(self, data: bytes) -> list[PortRequest]:
+        return [PortRequest(seq, payload) for seq, payload in self._requests.feed(data)]
+
+    def reply(self, tag: int | None, status: int, data: bytes) -> bytes:
+        return encode_reply(tag or 0, status, data)
+
+    def event(self, data: bytes) -> bytes:
+        return encode_event(data)
+
+    def damageable(self, chunk: bytes) -> list[int]:
+        # A non-zero byte that stays non-zero keeps the framing: the CRC catches it.
+        return [i for i, b in enumerate(chunk) if b]
+
+    def reset(self) -> None:
+        self._requests.reset()
+
+
 class VerlPortFraming(Bounded):
     """`verl` for a port (`PortFraming`): request frames in, replies with the program's seq out."""
 
@@ -311,6 +344,7 @@ VERL = CodecSpec(
     quiet=False,
     host=lambda cfg: VerlCodec(cfg.device.max_payload),
     device=lambda cfg: VerlPortFraming(cfg.device.max_payload),
-    ping=_ping,
+    commands=VerlCommandFraming,
     device_ping=_ping,
+    check=no_problems,
 )

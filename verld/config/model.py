@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any
 
+from verld.codec.registry import CODECS as SPECS
 from verld.errors import ConfigError
 
 # ---------------------------------------------------------------------------
@@ -200,8 +201,10 @@ DEFAULT_ACTIONS: Mapping[str, int] = MappingProxyType(
     {"echo": 1, "info": 2, "delay": 3, "fail": 4, "status": 5, "events": 6}
 )
 
-CODECS = ("verl", "length", "line", "modbus-rtu", "modbus-tcp")
-MODBUS_CODECS = ("modbus-rtu", "modbus-tcp")
+#: `device.codec`'s choices: the codec registry's names, in its order
+CODECS = tuple(SPECS)
+#: the codecs of a Modbus bus (`CodecSpec.bus`): they take `MODBUS_DEVICE_DEFAULTS`
+MODBUS_CODECS = tuple(name for name, codec in SPECS.items() if codec.bus)
 #: on the Modbus codecs `device.timeout` defaults to this (a key the file sets wins):
 #: Modbus masters give up after 1-3 s (`device.retry`'s default is each codec's own)
 MODBUS_DEVICE_DEFAULTS: Mapping[str, float | int] = MappingProxyType({"timeout": 0.5})

@@ -5,9 +5,10 @@ Strategy: a file is read as the reference engine's flat format (`host`, `port`,
 onto the sectioned config, so the rest of verld sees one shape. A file that mixes
 the two is an error naming the sectioned spelling of each flat key, because
 silently preferring one format would drop the other's settings. Rules between
-fields (`reconnect.max >= reconnect.initial`, a heartbeat payload that the codec
-can send) run after the per-key checks, and only on fields that passed them, so
-one typo does not cause a second, confusing message.
+fields (`reconnect.max >= reconnect.initial`; a heartbeat payload the codec can
+send, which the codec's own `CodecSpec.check` judges) run after the per-key checks,
+and only on fields that passed them, so one typo does not cause a second, confusing
+message.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from verld.codec.modbus import check_request
+from verld.codec.registry import spec
+from verld.codec.spec import CHECKED
 from verld.config import leaves
 from verld.config.model import (
     CODECS,
@@ -109,7 +111,7 @@ def root_config(item: Item) -> Config:
 def _codec_defaults(config: Config, given_keys: set[str]) -> Config:
     """The Modbus codecs' own `device.timeout`/`device.retry` defaults, where the
     file does not set them."""
-    if config.device.codec not in MODBUS_CODECS:
+    if not spec(config.device.codec).bus:
         return config
     defaults: dict[str, Any] = {
         k: v for k, v in MODBUS_DEVICE_DEFAULTS.items() if k not in given_keys
@@ -189,20 +191,15 @@ def cross_check(config: Config, ctx: Context) -> None:
             ("reconnect.max", "reconnect.initial"),
             f"must be >= reconnect.initial ({reconnect.initial:g}), got {reconnect.max:g}",
         )
-    payload = ("heartbeat.payload", "device.codec", "device.max_payload")
-    if ctx.ok(*payload) and device.codec == "length":
-        _check_hex_payload(heartbeat.payload, device.max_payload, ctx)
-    if ctx.ok(*payload) and device.codec in MODBUS_CODECS:
-        _check_modbus_payload(heartbeat.payload, device.codec, ctx)
+    if ctx.ok(*CHECKED):
+        for problem in spec(device.codec).check(config):
+            ctx.error_at(problem.paths, problem.message)
     if ctx.ok("device.rs485", "device.port") and device.rs485 is not None:
         _check_rs485(device.port, ctx)
     if ctx.ok("modbus.listen", "device.codec") and config.modbus.listen is not None:
         _check_modbus_listen(device.codec, ctx)
-    text = ("device.line.encoding", "device.line.terminator", "heartbeat.payload")
-    if ctx.ok(*text) and device.codec == "line":
-        _check_encodable(config, ctx)
     if ctx.ok("heartbeat.expect", "device.codec") and heartbeat.expect is not None:
-        if device.codec != "line":
+        if not spec(device.codec).text:
             ctx.error_at(
                 ("heartbeat.expect", "device.codec"),
                 f"is for the line codec (a line that answers the ping); codec {device.codec} "
@@ -227,63 +224,10 @@ def _check_rs485(port: str, ctx: Context) -> None:
         )
 
 
-def _check_modbus_payload(payload: str, codec: str, ctx: Context) -> None:
-    # the Modbus heartbeat is a request like any call: unit + PDU, in hex
-    if not payload:
-        return  # no heartbeat: the link is up once the port opens
-    where = ("heartbeat.payload", "device.codec")
-    try:
-        data = bytes.fromhex(payload)
-    except ValueError as exc:
-        ctx.error_at(
-            where,
-            f"codec {codec} sends the payload as a hex Modbus request, unit + PDU "
-            f'(e.g. "010300000001": unit 1 reads holding register 0), got {payload!r}: {exc}',
-        )
-        return
-    reason = check_request(data, rtu=codec == "modbus-rtu")
-    if reason is None and codec == "modbus-rtu" and data[0] == 0:
-        reason = "unit 0 is the broadcast address: nobody answers it"
-    if reason is not None:
-        ctx.error_at(where, f"not a Modbus request {payload!r}: {reason}")
-
-
 def _check_modbus_listen(codec: str, ctx: Context) -> None:
-    if codec not in MODBUS_CODECS:
+    if not spec(codec).bus:
         ctx.error_at(
             ("modbus.listen", "device.codec"),
-            f"the Modbus TCP server needs device.codec modbus-rtu or modbus-tcp (got {codec}); "
-            "set modbus.listen: null",
+            f"the Modbus TCP server needs device.codec {' or '.join(MODBUS_CODECS)} "
+            f"(got {codec}); set modbus.listen: null",
         )
-
-
-def _check_encodable(config: Config, ctx: Context) -> None:
-    # codec line sends the terminator and the heartbeat payload as encoded text
-    line = config.device.line
-    values = {
-        "device.line.terminator": line.terminator,
-        "heartbeat.payload": config.heartbeat.payload,
-    }
-    for path, value in values.items():
-        try:
-            value.encode(line.encoding)
-        except UnicodeEncodeError as exc:
-            ctx.error_at(
-                (path, "device.line.encoding"),
-                f"cannot be encoded in {line.encoding}: {exc.reason}",
-            )
-
-
-def _check_hex_payload(payload: str, max_payload: int, ctx: Context) -> None:
-    where = ("heartbeat.payload", "device.codec")
-    try:
-        size = len(bytes.fromhex(payload))
-    except ValueError as exc:
-        ctx.error_at(
-            where,
-            f'codec length sends the payload as hex bytes (e.g. "00" or '
-            f'"de ad"), got {payload!r}: {exc}',
-        )
-        return
-    if size > max_payload:
-        ctx.error_at(where, f"{size} bytes, more than device.max_payload ({max_payload})")

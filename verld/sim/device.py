@@ -1,18 +1,23 @@
 """The simulated device's behaviour, without I/O.
 
 Strategy: a `Device` takes bytes read from the link and the current time and
-returns `Timed` chunks — bytes to write no earlier than `due`. A per-codec
-*personality* (`VerlPersonality`, `LengthPersonality`, `LinePersonality`, and the
-Modbus ones in `verld.sim.modbus`; the protocol is `verld.sim.personality`) splits
-the input into requests with its codec's device side, runs each command and
-encodes the reply and events the same way; the `Device` applies the faults
-(hang, drop, latency/jitter, garbage, corrupt) around that, so they behave the
-same on every codec. The I/O loop owns the clock, the write buffer and baud
-pacing.
+returns `Timed` chunks — bytes to write no earlier than `due`. A *personality*
+(the protocol is `verld.sim.personality`) splits the input into requests with its
+codec's device side, runs each command and encodes the reply and events the same
+way; the `Device` applies the faults (hang, drop, latency/jitter, garbage,
+corrupt) around that, so they behave the same on every codec. The I/O loop owns
+the clock, the write buffer and baud pacing.
 
-Replies on `verl` carry a seq, so each is scheduled on its own and a delayed
-call does not hold back a fast one. `length` and `line` have no seq: their
-replies go out in request order (a reply is never due before the previous one).
+`make_personality` picks one by what the codec's requests are (its spec says):
+unit + PDU on a Modbus bus (`bus`): a register map (`verld.sim.modbus`); lines
+(`text`): the text command set (`LinePersonality`); binary commands: the binary
+command set over the codec's own device framing (`CommandPersonality` over
+`CodecSpec.commands`), so a new binary codec needs nothing here.
+
+Replies that carry a seq (`verl`: the spec's `pipelined`) are scheduled each on
+its own, so a delayed call does not hold back a fast one. Without a seq
+(`length`, `line`) replies go out in request order (a reply is never due before
+the previous one).
 
 GPS mode (line): `NMEA n` answers `OK`, then n fixes as event lines (`verld.sim.nmea`);
 with `--nmea HZ` the loop sends fixes on its own through `Device.unsolicited`.
@@ -26,9 +31,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from verld.codec import verl
-from verld.codec.length import LengthDecoder
-from verld.codec.length import encode as length_encode
+from verld.codec.base import CommandFraming
 from verld.codec.line import LineSplitter
 from verld.codec.registry import spec
 from verld.sim.faults import Counters, Faults
@@ -129,80 +132,44 @@ def _flip(chunk: bytes, candidates: list[int], rng: random.Random) -> bytes:
 # --- the personalities -------------------------------------------------------
 
 
-class VerlPersonality:
-    """COBS frames with seq and CRC (`verld.codec.verl`'s device side)."""
+class CommandPersonality:
+    """The binary command set (verl, length) over the codec's own device framing;
+    a request above max_payload that the framing passes on gets status 0xFE."""
 
-    pipelined = True
-
-    def __init__(self, max_payload: int) -> None:
+    def __init__(self, framing: CommandFraming, max_payload: int, pipelined: bool) -> None:
+        self.framing = framing
         self.max_payload = max_payload
-        self._requests = verl.RequestDecoder(max_payload)
+        self.pipelined = pipelined
+        self._refused = 0  #: oversize requests answered 0xFE
 
     @property
     def bad_frames(self) -> int:
-        return self._requests.bad_frames
+        return self.framing.bad_frames
 
     @property
     def oversize(self) -> int:
-        return self._requests.oversize
+        return self.framing.oversize + self._refused
 
     def decode(self, data: bytes) -> list[Request]:
-        return [Request(seq, payload) for seq, payload in self._requests.feed(data)]
+        return [Request(tag or 0, payload) for tag, payload in self.framing.feed(data)]
 
     def respond(self, request: Request) -> Response:
+        if len(request.payload) > self.max_payload:
+            self._refused += 1
+            return Response(0, [self.framing.reply(request.seq, REJECTED, b"too large")], [])
         status, data, delay, count = run_binary(request.payload)
-        reply = verl.encode_reply(request.seq, status, data)
+        reply = self.framing.reply(request.seq, status, data)
         events = [self.encode_event(event_payload(i)) for i in range(count)]
         return Response(delay, [reply], events)
 
     def encode_event(self, payload: bytes) -> bytes:
-        return verl.encode_event(payload)
+        return self.framing.event(payload)
 
     def corrupt(self, chunk: bytes, rng: random.Random) -> bytes:
-        # A flipped non-zero byte that stays non-zero keeps the framing: the CRC catches it.
-        return _flip(chunk, [i for i, b in enumerate(chunk) if b], rng)
+        return _flip(chunk, self.framing.damageable(chunk), rng)
 
     def reset(self) -> None:
-        self._requests.reset()
-
-
-class LengthPersonality:
-    """4-byte big-endian length prefix; oversize requests get status 0xFE."""
-
-    pipelined = False
-
-    def __init__(self, max_payload: int) -> None:
-        self.max_payload = max_payload
-        self.oversize = 0
-        self.bad_frames = 0
-        # Oversize but plausible lengths are read whole and rejected with 0xFE; a
-        # length beyond this is noise: the stream is dropped and read afresh.
-        self._decoder = LengthDecoder(2 * max_payload + 64)
-
-    def decode(self, data: bytes) -> list[Request]:
-        frames = self._decoder.feed(data)
-        if self._decoder.desync:
-            self.bad_frames += 1
-            self._decoder.reset()
-        return [Request(0, frame) for frame in frames]
-
-    def respond(self, request: Request) -> Response:
-        if len(request.payload) > self.max_payload:
-            self.oversize += 1
-            return Response(0, [length_encode(bytes([REJECTED]) + b"too large")], [])
-        status, data, delay, count = run_binary(request.payload)
-        events = [self.encode_event(event_payload(i)) for i in range(count)]
-        return Response(delay, [length_encode(bytes([status]) + data)], events)
-
-    def encode_event(self, payload: bytes) -> bytes:
-        return length_encode(payload)
-
-    def corrupt(self, chunk: bytes, rng: random.Random) -> bytes:
-        # Only the payload: a flipped length prefix would desync the stream instead.
-        return _flip(chunk, list(range(4, len(chunk))), rng)
-
-    def reset(self) -> None:
-        self._decoder.reset()
+        self.framing.reset()
 
 
 class LinePersonality:
@@ -346,13 +313,13 @@ def make_personality(
     crlf: bool = False,
     units: tuple[int, ...] = (1,),
 ) -> Personality:
-    """The personality for a codec name; `units`: the Modbus units served."""
+    """The device for the codec called `codec`; `units`: the Modbus units served."""
     found = spec(codec)
-    if found.bus:
+    if found.bus:  # unit + PDU: a register map; RTU's has a broadcast address
         slave = ModbusSlave(units, broadcast=found.rtu)
         return ModbusRtuPersonality(slave) if found.rtu else ModbusTcpPersonality(slave)
     if found.text:
         return LinePersonality(max_payload, terminator, b"\r\n" if crlf else terminator)
-    if found.pipelined:  # replies carry a seq: verl
-        return VerlPersonality(max_payload)
-    return LengthPersonality(max_payload)
+    if found.commands is None:
+        raise ValueError(f"codec {codec}: its requests are neither lines nor binary commands")
+    return CommandPersonality(found.commands(max_payload), max_payload, found.pipelined)

@@ -28,10 +28,10 @@ from verld.codec.modbus.wire import (
     MAX_PDU,
     MBAP,
     MBAP_HEAD,
+    check_ping,
     check_request,
     device_ping,
     mbap_frame,
-    ping,
 )
 from verld.codec.spec import CodecSpec
 
@@ -229,6 +229,7 @@ MODBUS_TCP = CodecSpec(
     quiet=False,
     host=lambda cfg: ModbusTcpCodec(cfg.device.max_payload),
     device=lambda cfg: ModbusTcpPortFraming(),
-    ping=ping,
+    commands=None,
     device_ping=device_ping,
+    check=lambda cfg: check_ping(cfg, rtu=False),
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 
-from verld.codec.spec import Settings
+from verld.codec.spec import Problem, Settings
 
 MAX_PDU = 253  #: function code + data
 #: the standard exception codes' names (Modbus Application Protocol v1.1b3, section 7)
@@ -191,12 +191,30 @@ def known_request(fc: int) -> bool:
     return rtu_request_length(bytes((0, fc)) + bytes(12)) is not None
 
 
-def ping(cfg: Settings) -> bytes | None:
-    """`heartbeat.payload` (hex: unit + PDU), when it is set and the heartbeat is on."""
-    return device_ping(cfg) if cfg.heartbeat.interval > 0 else None
-
-
 def device_ping(cfg: Settings) -> bytes | None:
     """`heartbeat.payload` (hex: unit + PDU); None when it is empty."""
     payload = cfg.heartbeat.payload
     return bytes.fromhex(payload) if payload else None
+
+
+def check_ping(cfg: Settings, *, rtu: bool) -> list[Problem]:
+    """A heartbeat payload that is not a Modbus request (it is one like any call:
+    unit + PDU, in hex); on RTU one to the broadcast unit, which nobody answers."""
+    payload, codec = cfg.heartbeat.payload, cfg.device.codec
+    if not payload:
+        return []  # no heartbeat: the link is up once the port opens
+    where = ("heartbeat.payload", "device.codec")
+    try:
+        data = bytes.fromhex(payload)
+    except ValueError as exc:
+        message = (
+            f"codec {codec} sends the payload as a hex Modbus request, unit + PDU "
+            f'(e.g. "010300000001": unit 1 reads holding register 0), got {payload!r}: {exc}'
+        )
+        return [Problem(where, message)]
+    reason = check_request(data, rtu=rtu)
+    if reason is None and rtu and data[0] == 0:
+        reason = "unit 0 is the broadcast address: nobody answers it"
+    if reason is not None:
+        return [Problem(where, f"not a Modbus request {payload!r}: {reason}")]
+    return []
