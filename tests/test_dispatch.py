@@ -166,6 +166,27 @@ def test_a_peer_leaving_ends_its_lease(api: Api) -> None:
     assert api.ask(other, "call", data="AWhp")["ok"] is True
 
 
+def test_a_programs_row_per_peer_counts_its_calls(api: Api) -> None:
+    """Each peer's `programs` row shows who it is and how its calls ended."""
+    peer = MemoryPeer("row", role="admin")
+    api.ask(peer, "hello", client="tool")
+    api.ask(peer, "call", data="AWhp")
+    assert api.dispatcher.programs([peer]) == [
+        {
+            "front": "api",
+            "who": "pid 4242 tool",
+            "pid": 4242,
+            "uid": 1000,
+            "name": "tool",
+            "role": "admin",
+            "calls": 1,
+            "ok": 1,
+            "failed": 0,
+            "waiting": 0,
+        }
+    ]
+
+
 def test_the_dispatchers_modules_know_no_transport() -> None:
     """dispatch, ops, peer, fanout and inhibit import no socket module and no asyncio transport."""
     for name in ("dispatch", "ops", "peer", "fanout", "inhibit"):

@@ -13,8 +13,8 @@ for a peer (tests/test_dispatch.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -99,6 +99,27 @@ class Dispatcher:
         self.fanout.unsubscribe(peer, wire.TOPICS)
         self.inhibits.end(peer, "holder disconnected")
         self.core.forget(peer)
+
+    def programs(self, peers: Iterable[Peer]) -> list[dict[str, Any]]:
+        """One `programs` row per peer."""
+        rows = []
+        for peer in peers:
+            waiting = self.core.waiting(peer)
+            rows.append(
+                {
+                    "front": "api",
+                    "who": f"pid {peer.pid} {peer.name}".rstrip(),
+                    "pid": peer.pid,
+                    "uid": peer.uid,
+                    "name": peer.name,
+                    "role": peer.role,
+                    "calls": peer.ok + peer.failed + waiting,
+                    "ok": peer.ok,
+                    "failed": peer.failed,
+                    "waiting": waiting,
+                }
+            )
+        return rows
 
 
 #: an op's handler: answers on the peer (`Peer.send`) or raises ApiError

@@ -182,24 +182,7 @@ class ApiServer:
     # --- figures ------------------------------------------------------------------------
     def programs(self) -> list[dict[str, Any]]:
         """One row per API client (`programs`)."""
-        rows = []
-        for conn in self.clients:
-            waiting = self.core.waiting(conn)
-            rows.append(
-                {
-                    "front": "api",
-                    "who": f"pid {conn.pid} {conn.name}".rstrip(),
-                    "pid": conn.pid,
-                    "uid": conn.uid,
-                    "name": conn.name,
-                    "role": conn.role,
-                    "calls": conn.ok + conn.failed + waiting,
-                    "ok": conn.ok,
-                    "failed": conn.failed,
-                    "waiting": waiting,
-                }
-            )
-        return rows
+        return self.dispatcher.programs(self.clients)
 
     def status(self) -> dict[str, Any]:
         """Its keys in `status`."""
