@@ -155,7 +155,7 @@ class TestInput:
     def test_a_line_fed_one_byte_at_a_time_becomes_one_call_for_the_stream(self) -> None:
         """Bytes split anywhere make one call whose owner is the stream itself."""
         rig = Rig()
-        rig.core.set_exclusive(rig.stream)  # (a lease: only the stream's own calls go out)
+        rig.core.take_lease(rig.stream, 60, dict)  # (only the stream's own calls go out)
         for byte in b"PING\n":
             rig.stream.feed(bytes((byte,)))
         assert rig.payloads == [b"PING"]

@@ -28,6 +28,7 @@ from typing import Any
 from verld.alarm import Clock
 from verld.codec.registry import CodecSpec, retry_of, spec_of
 from verld.config import Config, tcp_target
+from verld.fronts.leases import LeaseRefused, Leases, Shown
 from verld.fronts.protocol import CannotServe, Front, FrontCounts, Listener
 from verld.links.link import LinkState, Transition
 from verld.links.opener import open_device
@@ -91,8 +92,6 @@ class Core:
         #: re-read the config file and apply it, returning the changed keys (the admin
         #: `reload` op; ConfigError keeps the running config). None: not available.
         self.reload_config: Callable[[], list[str]] | None = None
-        #: ends the lease there is, if any (the API front's; a `hold` ends it)
-        self.end_lease: Callable[[str], None] = _nothing_said
         #: a front calls it when its clients come or go (the daemon's STATUS= line)
         self.clients_changed: Callable[[], None] = _nothing
         self._counts: dict[str, FrontCounts] = {}
@@ -118,6 +117,7 @@ class Core:
         self._unanswered = _unanswered_rule(self._session.codec)
         self._supervisor = Supervisor(self._session, self.link_event, opener)
         self._burst = Burst(self._session.hold, self._session.flush)
+        self._leases = Leases(clock, self._session.set_exclusive)
         #: submit(call): the call joins the fair queue; its `done` runs exactly once
         #: (maybe before this returns). The session's own method: no layer per call.
         self.submit: Callable[[Call], None] = self._session.submit
@@ -171,17 +171,31 @@ class Core:
         return call
 
     def forget(self, owner: Hashable) -> None:
-        """The owner went away: its waiting calls are dropped, its calls on the link
-        abandoned (their late replies are then stale)."""
+        """The owner went away: its lease ends, its waiting calls are dropped, its
+        calls on the link abandoned (their late replies are then stale)."""
+        self._leases.forget(owner)
         self._session.forget_owner(owner)
 
     def burst(self) -> Burst:
         """`with core.burst():` calls submitted inside go out in one write at its end."""
         return self._burst
 
-    def set_exclusive(self, owner: Hashable | None) -> None:
-        """A lease: only `owner`'s calls reach the device (None: everyone's again)."""
-        self._session.set_exclusive(owner)
+    def take_lease(self, owner: Hashable, seconds: float, shown: Shown) -> str:
+        """Only `owner`'s calls reach the device for `seconds` (asked again: renewed);
+        the lease's token. `shown()`: the holder as `status.lease` shows it.
+        `LeaseRefused` while another owner holds it or the port is held."""
+        inhibited_by = self.inhibited_by
+        if inhibited_by is not None:
+            raise LeaseRefused(inhibited_by or "inhibited")
+        return self._leases.take(owner, seconds, shown)
+
+    def release_lease(self, owner: Hashable, token: str | None) -> bool:
+        """End `owner`'s lease (this token's, if given); False: it holds none."""
+        return self._leases.release(owner, token)
+
+    def lease_status(self) -> dict[str, Any] | None:
+        """`status.lease`: the holder and `seconds_left`, or None."""
+        return self._leases.status()
 
     def request_reconnect(self, reason: str) -> None:
         """Drop the link now and reopen it (the admin `reconnect` op, a reload)."""
@@ -210,7 +224,7 @@ class Core:
         an `uninhibit` asks it to stop (it then calls `unhold`). Ask only while
         `holder` is None."""
         self.holder, self._end_hold = holder, end
-        self.end_lease("inhibited")
+        self._leases.end("inhibited")
         return self.inhibit(reason)
 
     def end_hold(self, why: str) -> bool:
@@ -381,10 +395,6 @@ class Core:
 
 
 def _nothing() -> None:
-    return None
-
-
-def _nothing_said(_: str) -> None:
     return None
 
 

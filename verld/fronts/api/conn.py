@@ -1,10 +1,11 @@
-"""One API client connection: framing in, replies and events out, backpressure.
+"""One API client connection on the Unix socket: framing, credentials, backpressure.
 
 A connection decodes length-prefixed JSON (`wire`) and hands each message body to
-its host (the server), which parses, role-checks and runs it. Replies go back to
-this connection only. Events are dropped (and counted) while the client lags; an
-`overflow` event tells it how many once it drains; past `api.max_backlog` bytes it
-is disconnected. The connection knows nothing of the session or of ops.
+its host (the server, which passes it to the dispatcher with the connection as its
+`Peer`). Replies go back to this connection only. Events are dropped (and counted)
+while the client lags; an `overflow` event tells it how many once it drains; past
+`api.max_backlog` bytes it is disconnected. The connection knows nothing of the
+session or of ops.
 """
 
 from __future__ import annotations
@@ -30,23 +31,22 @@ BURST = 64
 
 
 class ApiStats:
-    """The API front's own counters (in `status`)."""
+    """The socket's own counters (in `status`)."""
 
-    __slots__ = ("api_errors", "events_dropped", "limits_hit")
+    __slots__ = ("events_dropped", "limits_hit")
 
     def __init__(self) -> None:
         self.events_dropped = 0
         #: times each limit was hit (max_clients, max_message, max_backlog, no_role)
         self.limits_hit: dict[str, int] = {}
-        #: error replies to malformed or refused requests, by code
-        self.api_errors: dict[str, int] = {}
 
     def limit(self, name: str) -> None:
         self.limits_hit[name] = self.limits_hit.get(name, 0) + 1
 
 
 class ConnHost(Protocol):
-    """What a connection needs from the server it belongs to."""
+    """What a connection needs from the server it belongs to (`request` and
+    `requests`: the dispatcher's)."""
 
     cfg: Config
     stats: ApiStats
@@ -61,7 +61,7 @@ class ConnHost(Protocol):
 
 
 class ClientConn(asyncio.Protocol):
-    """One API client."""
+    """One API client: the dispatcher's `Peer` (`peer.Peer`) on the Unix socket."""
 
     def __init__(self, host: ConnHost, serial: int) -> None:
         self.host = host
@@ -71,7 +71,6 @@ class ClientConn(asyncio.Protocol):
         self.pid = self.uid = self.gid = -1
         self.role = "observer"
         self.name = ""
-        self.topics: frozenset[str] = frozenset()
         self.paused = False
         self._watch = True
         self.dropped = 0

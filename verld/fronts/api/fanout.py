@@ -1,10 +1,11 @@
 """Events to subscribers: device events, link changes, logs, traffic and wire taps.
 
-Each event is encoded once and written to every subscriber of its topic; a
-subscriber that lags loses events (counted, then an `overflow` event) and is
-dropped past `api.max_backlog`, so nobody else waits for it. The traffic and wire
-taps are asked of the core only while someone subscribes to them: they cost
-nothing otherwise.
+Each event is encoded once and handed to every subscriber of its topic
+(`Peer.send_event`): a subscriber that lags loses events on its own transport
+(counted, then an `overflow` event; on the socket, dropped past `api.max_backlog`),
+so nobody else waits for it. Subscribers are peers, whatever carries them. The
+traffic and wire taps are asked of the core only while someone subscribes to them:
+they cost nothing otherwise.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from typing import Any
 
 from verld import wire
-from verld.fronts.api.conn import ClientConn
+from verld.fronts.api.peer import Peer
 from verld.fronts.base import Core
 from verld.links.link import Transition
 from verld.logs import Record
@@ -24,27 +25,29 @@ class Fanout:
 
     def __init__(self, core: Core) -> None:
         self.core = core
-        self.subscribers: dict[str, set[ClientConn]] = {t: set() for t in wire.TOPICS}
+        self.subscribers: dict[str, set[Peer]] = {t: set() for t in wire.TOPICS}
 
-    def subscribe(self, conn: ClientConn, topics: frozenset[str]) -> None:
-        conn.topics |= topics
+    def subscribe(self, peer: Peer, topics: frozenset[str]) -> None:
         for topic in topics:
-            self.subscribers[topic].add(conn)
+            self.subscribers[topic].add(peer)
         self._update_taps()
 
-    def unsubscribe(self, conn: ClientConn, topics: frozenset[str]) -> None:
-        conn.topics -= topics
+    def unsubscribe(self, peer: Peer, topics: frozenset[str]) -> None:
         for topic in topics:
-            self.subscribers[topic].discard(conn)
+            self.subscribers[topic].discard(peer)
         self._update_taps()
+
+    def topics_of(self, peer: Peer) -> list[str]:
+        """The topics `peer` subscribes to, sorted."""
+        return sorted(topic for topic, peers in self.subscribers.items() if peer in peers)
 
     def broadcast(self, topic: str, obj: dict[str, Any]) -> None:
         subs = self.subscribers[topic]
         if not subs:
             return
         data = wire.encode(obj)
-        for conn in list(subs):
-            conn.send_event(data)
+        for peer in list(subs):
+            peer.send_event(data)
 
     # --- the core's Listener ------------------------------------------------------------
     def device_event(self, data: bytes, text: str | None, generation: int) -> None:

@@ -21,7 +21,7 @@ import structlog
 
 from verld import wire
 from verld.errors import ApiError, ErrorCode
-from verld.fronts.api.conn import ClientConn
+from verld.fronts.api.peer import Peer
 from verld.fronts.base import Core
 
 log = structlog.get_logger("verld.server")
@@ -29,7 +29,7 @@ log = structlog.get_logger("verld.server")
 
 @dataclass
 class Holder:
-    conn: ClientConn
+    peer: Peer
     req_id: int | str
     since: float  #: unix time the inhibit was asked for
     task: asyncio.Task[None] | None = None  #: letting go of the port, until it is closed
@@ -42,19 +42,19 @@ class Inhibits:
         self.core = core
         self.holder: Holder | None = None
 
-    def take(self, conn: ClientConn, req_id: int | str, answer: Callable[[str], None]) -> None:
-        """Start letting go of the port for `conn`; `answer(port)` once it is closed."""
+    def take(self, peer: Peer, req_id: int | str, answer: Callable[[str], None]) -> None:
+        """Start letting go of the port for `peer`; `answer(port)` once it is closed."""
         core = self.core
         if self.holder is not None or core.holder is not None:
             why = core.inhibited_by or "inhibited"
             raise ApiError(ErrorCode.BUSY, f"already {why}", req_id)
-        holder = self.holder = Holder(conn, req_id, time.time())
-        reason = f"inhibited by pid {conn.pid}"
-        log.info("inhibit_asked", client=repr(conn), pid=conn.pid, uid=conn.uid)
+        holder = self.holder = Holder(peer, req_id, time.time())
+        reason = f"inhibited by pid {peer.pid}"
+        log.info("inhibit_asked", client=repr(peer), pid=peer.pid, uid=peer.uid)
         shown = {
-            "pid": conn.pid,
-            "uid": conn.uid,
-            "client": conn.name,
+            "pid": peer.pid,
+            "uid": peer.uid,
+            "client": peer.name,
             "since": round(holder.since, 3),
             "front": "api",
         }
@@ -66,7 +66,7 @@ class Inhibits:
     ) -> None:
         port = await closed
         if self.holder is holder:
-            log.info("inhibited", client=repr(holder.conn), pid=holder.conn.pid, port=port)
+            log.info("inhibited", client=repr(holder.peer), pid=holder.peer.pid, port=port)
             answer(port)
 
     def _ended(self, holder: Holder, why: str) -> None:
@@ -74,17 +74,17 @@ class Inhibits:
         if self.holder is holder:
             self.end(None, why)
 
-    def end(self, conn: ClientConn | None, why: str) -> bool:
-        """End the inhibition (only if `conn` holds it, when given); False: none ended."""
+    def end(self, peer: Peer | None, why: str) -> bool:
+        """End the inhibition (only if `peer` holds it, when given); False: none ended."""
         holder = self.holder
-        if holder is None or (conn is not None and holder.conn is not conn):
+        if holder is None or (peer is not None and holder.peer is not peer):
             return False
         self.holder = None
-        log.info("uninhibited", client=repr(holder.conn), pid=holder.conn.pid, reason=why)
+        log.info("uninhibited", client=repr(holder.peer), pid=holder.peer.pid, reason=why)
         if holder.task is not None and not holder.task.done():
             holder.task.cancel()  # ended before the port was let go of: it stays ours
             message = f"uninhibited ({why}) before the port was let go of"
-            holder.conn.send(wire.error_reply(holder.req_id, ErrorCode.BUSY, message))
+            holder.peer.send(wire.error_reply(holder.req_id, ErrorCode.BUSY, message))
         self.core.unhold()
         return True
 

@@ -1,56 +1,36 @@
 """The API's ops: one table, name → (role, handler).
 
-Every request is looked up here once: an unknown op is `unknown_op`, an op above
-the connection's role is `forbidden`, anything else runs its handler with the
-server's `OpContext`. A handler answers on `conn` or raises `ApiError` (the server
-turns that into the error reply). Roles and fields: docs/protocol.md, "Ops".
+The dispatcher looks every request up here once: an unknown op is `unknown_op`, an
+op above the peer's role is `forbidden`, anything else runs its handler with the
+`Dispatcher` (the core and the API's shared parts). A handler answers on `peer` or
+raises `ApiError` (the dispatcher turns that into the error reply); it knows no
+transport. Roles and fields: docs/protocol.md, "Ops".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any
+
+import structlog
 
 from verld import API_VERSION, __version__, wire
-from verld.config import Config
 from verld.errors import ApiError, ErrorCode
-from verld.fronts.api.conn import ClientConn
-from verld.fronts.api.fanout import Fanout
-from verld.fronts.api.inhibit import Inhibits
-from verld.fronts.api.leases import Leases
-from verld.fronts.base import Core, FrontCounts
+from verld.fronts.api.dispatch import Dispatcher, Handler, Op
+from verld.fronts.api.peer import Peer
+from verld.fronts.leases import LeaseRefused
 from verld.logs import RING
 from verld.roles import ROLE_RANK
 from verld.session.calls import CallResult
 
-
-class OpContext(Protocol):
-    """What a handler may use: the server's parts."""
-
-    cfg: Config
-    core: Core
-    counts: FrontCounts
-    fanout: Fanout
-    leases: Leases
-    inhibits: Inhibits
-    text: bool  #: call replies carry `text` (the line codec)
+log = structlog.get_logger("verld.server")
 
 
-Handler = Callable[[OpContext, ClientConn, wire.Request], None]
+def _ok(peer: Peer, req: wire.Request, **fields: Any) -> None:
+    peer.send({"id": req.id, "ok": True, **fields})
 
 
-class Op(NamedTuple):
-    role: str
-    rank: int  #: ROLE_RANK[role], compared with the connection's on every request
-    handler: Handler
-
-
-def _ok(conn: ClientConn, req: wire.Request, **fields: Any) -> None:
-    conn.send({"id": req.id, "ok": True, **fields})
-
-
-def call(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
-    """Submit the call; answer on `conn` when it ends (the per-call hot path)."""
+def call(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
+    """Submit the call; answer on `peer` when it ends (the per-call hot path)."""
     payload, timeout, retry, wait, reply = wire.call_fields(req)
     cfg = api.cfg
     max_payload = cfg.device.max_payload
@@ -69,37 +49,37 @@ def call(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
     req_id, text, core = req.id, api.text, api.core
 
     def done(result: CallResult) -> None:
-        if conn.closed:
+        if peer.closed:
             return
         awaited = submitted.reply
         if result.error is None and not text and awaited:
-            conn.ok += 1
-            conn.write(wire.ok_call_reply(req_id, 0, result.data, result.ms, result.generation))
+            peer.ok += 1
+            peer.write(wire.ok_call_reply(req_id, 0, result.data, result.ms, result.generation))
         else:
             if result.error is None:
-                conn.ok += 1
+                peer.ok += 1
             else:
-                conn.failed += 1
-            conn.write(wire.encode(wire.call_reply(req_id, result, text=text, awaited=awaited)))
+                peer.failed += 1
+            peer.write(wire.encode(wire.call_reply(req_id, result, text=text, awaited=awaited)))
 
-    submitted = core.make_call(api.counts, conn, payload, done, timeout, retry, wait, req_id, reply)
+    submitted = core.make_call(api.counts, peer, payload, done, timeout, retry, wait, req_id, reply)
     core.submit(submitted)
 
 
-def status(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
-    conn.send({"id": req.id, "ok": True, **api.core.status()})
+def status(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
+    peer.send({"id": req.id, "ok": True, **api.core.status()})
 
 
-def programs(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+def programs(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
     """Who is using the device now, through every front, and the last link changes."""
-    conn.send({"id": req.id, "ok": True, **api.core.programs()})
+    peer.send({"id": req.id, "ok": True, **api.core.programs()})
 
 
-def hello(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+def hello(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
     name = req.body.get("client")
     if name is not None and not isinstance(name, str):
         raise ApiError(ErrorCode.BAD_REQUEST, "'client' must be a string", req.id)
-    conn.name = (name or "")[:128]
+    peer.name = (name or "")[:128]
     core, dev = api.core, api.cfg.device
     ping = core.spec.device_ping(api.cfg)
     device = {
@@ -110,40 +90,40 @@ def hello(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
         "ping": None if ping is None else ping.hex(),
     }
     _ok(
-        conn, req, version=API_VERSION, daemon=f"verld {__version__}", device=device, role=conn.role
+        peer, req, version=API_VERSION, daemon=f"verld {__version__}", device=device, role=peer.role
     )
 
 
-def subscribe(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+def subscribe(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
     topics = wire.topics_field(req, required=True)
     assert topics is not None
-    api.fanout.subscribe(conn, topics)
-    _ok(conn, req, topics=sorted(conn.topics))
+    api.fanout.subscribe(peer, topics)
+    _ok(peer, req, topics=api.fanout.topics_of(peer))
 
 
-def unsubscribe(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+def unsubscribe(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
     topics = wire.topics_field(req, required=False)
-    api.fanout.unsubscribe(conn, wire.TOPICS if topics is None else topics)  # absent: all
-    _ok(conn, req, topics=sorted(conn.topics))
+    api.fanout.unsubscribe(peer, wire.TOPICS if topics is None else topics)  # absent: all
+    _ok(peer, req, topics=api.fanout.topics_of(peer))
 
 
-def logs(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+def logs(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
     lines = req.body.get("lines", 100)
     if isinstance(lines, bool) or not isinstance(lines, int) or lines < 0:
         raise ApiError(ErrorCode.BAD_REQUEST, "'lines' must be a non-negative integer", req.id)
-    _ok(conn, req, records=RING.tail(lines))
+    _ok(peer, req, records=RING.tail(lines))
 
 
-def metrics(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
-    _ok(conn, req, text=api.core.metrics_text())
+def metrics(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
+    _ok(peer, req, text=api.core.metrics_text())
 
 
-def reconnect(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
-    api.core.request_reconnect(f"reconnect requested by {conn!r}")
-    _ok(conn, req)
+def reconnect(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
+    api.core.request_reconnect(f"reconnect requested by {peer!r}")
+    _ok(peer, req)
 
 
-def reload(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+def reload(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
     reload_config = api.core.reload_config
     if reload_config is None:
         raise ApiError(ErrorCode.UNKNOWN_OP, "reload is not available", req.id)
@@ -151,10 +131,10 @@ def reload(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
         changed = reload_config()
     except Exception as exc:
         raise ApiError(ErrorCode.BAD_CONFIG, str(exc), req.id) from None
-    _ok(conn, req, changed=changed)
+    _ok(peer, req, changed=changed)
 
 
-def lease(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+def lease(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
     seconds = req.body.get("seconds")
     limit = api.cfg.api.lease_max
     if (
@@ -163,29 +143,36 @@ def lease(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
         or not (1 <= seconds <= limit)
     ):
         raise ApiError(ErrorCode.BAD_REQUEST, f"'seconds' must be a number 1..{limit:g}", req.id)
-    inhibited_by = api.core.inhibited_by
-    if inhibited_by is not None:
-        raise ApiError(ErrorCode.BUSY, inhibited_by or "inhibited", req.id)
-    _ok(conn, req, lease=api.leases.take(conn, seconds, req.id), seconds=seconds)
+    try:
+        token = api.core.take_lease(peer, seconds, lambda: _shown(peer))
+    except LeaseRefused as exc:
+        raise ApiError(ErrorCode.BUSY, str(exc), req.id) from None
+    log.info("lease_taken", client=repr(peer), pid=peer.pid, uid=peer.uid, seconds=seconds)
+    _ok(peer, req, lease=token, seconds=seconds)
 
 
-def release(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+def _shown(peer: Peer) -> dict[str, Any]:
+    """The lease's holder as `status.lease` shows it."""
+    return {"pid": peer.pid, "uid": peer.uid, "client": peer.name}
+
+
+def release(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
     token = req.body.get("lease")
     if token is not None and not isinstance(token, str):
         raise ApiError(ErrorCode.BAD_REQUEST, "'lease' must be a string token", req.id)
-    if not api.leases.release(conn, token):
+    if not api.core.release_lease(peer, token):
         raise ApiError(ErrorCode.BAD_REQUEST, "you hold no lease (or not this one)", req.id)
-    _ok(conn, req)
+    _ok(peer, req)
 
 
-def inhibit(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
+def inhibit(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
     """Let go of the port; the reply (its path) comes once it is closed."""
-    api.inhibits.take(conn, req.id, lambda port: _ok(conn, req, port=port))  # (ends a lease)
+    api.inhibits.take(peer, req.id, lambda port: _ok(peer, req, port=port))  # (ends a lease)
 
 
-def uninhibit(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
-    api.core.end_hold(f"uninhibit by {conn!r}")
-    _ok(conn, req)
+def uninhibit(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
+    api.core.end_hold(f"uninhibit by {peer!r}")
+    _ok(peer, req)
 
 
 def _table(**ops: tuple[str, Handler]) -> dict[str, Op]:

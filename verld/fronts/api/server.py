@@ -1,13 +1,13 @@
-"""The Unix-socket JSON API front: accepts clients, runs their requests.
+"""The Unix-socket JSON API front: the listening socket and its clients.
 
-Strategy: each connection (`conn.ClientConn`) frames bytes into message bodies and
-hands them here; `request` parses one (`wire`), looks its op up in the one table
-(`ops.OPS`: role and handler) and runs it. Calls go to the core with a callback
-that answers the asking connection only; events go out through `fanout.Fanout`,
-leases are `leases.Leases`. This module owns the listening socket and the set of
-connected clients (limits and roles at connect, re-evaluated after a reload); it is
-a `Front` like the others: claim (the socket's lock, unless systemd passed the
-socket), start, reload, status (its keys: clients, lease, ...), close.
+Strategy: this is the API's transport on the Unix socket. It owns the listening
+socket and the set of connected clients: who gets in (`api.max_clients`), each
+one's role from its peer credentials (`roles.role_for`, re-evaluated after a
+reload). Each connection (`conn.ClientConn`) frames bytes into message bodies and
+hands them, itself as the `Peer`, to the dispatcher (`dispatch.Dispatcher`), which
+runs them through the op table (`ops.OPS`) and knows no socket. It is a `Front` like
+the others: claim (the socket's lock, unless systemd passed the socket), start,
+reload, status (its keys: clients, lease, ...), close.
 """
 
 from __future__ import annotations
@@ -21,17 +21,12 @@ from typing import Any
 
 import structlog
 
-from verld import wire
-from verld.codec.registry import spec_of
 from verld.config import Config
-from verld.errors import ApiError, ErrorCode, ServeError, SocketInUse
+from verld.errors import ErrorCode, ServeError, SocketInUse
 from verld.fronts.api.conn import ApiStats, ClientConn
-from verld.fronts.api.fanout import Fanout
-from verld.fronts.api.inhibit import Inhibits
-from verld.fronts.api.leases import Leases
+from verld.fronts.api.dispatch import Dispatcher
 from verld.fronts.api.ops import OPS
 from verld.fronts.base import CannotServe, Core
-from verld.logs import RING, level_enabled
 from verld.ownership import Lock
 from verld.roles import role_for
 from verld.sockfile import bind_socket, claim_socket, clear_stale_socket
@@ -47,15 +42,12 @@ class ApiServer:
     def __init__(self, cfg: Config, core: Core) -> None:
         self.cfg = cfg
         self.core = core
-        self.counts = core.front(self.name)
         self.stats = ApiStats()
-        self.fanout = Fanout(core)
-        self.leases = Leases(core)
-        core.end_lease = self.leases.end  # (a passthrough connection taking the port ends it)
-        self.inhibits = Inhibits(core)
+        self.dispatcher = Dispatcher(cfg, core, OPS)
+        #: a connection's messages go straight to the dispatcher (the per-call hot path)
+        self.request = self.dispatcher.request
+        self.requests = self.dispatcher.requests
         self.clients: set[ClientConn] = set()
-        self.debug = level_enabled(cfg.log.level)
-        self.text = spec_of(cfg).text  #: replies carry `text` (the line codec)
         self._serial = 0
         self._server: asyncio.AbstractServer | None = None
         self._owned_path: tuple[str, int, int] | None = None
@@ -81,8 +73,7 @@ class ApiServer:
         """Serve the passed socket, or bind `api.socket` (claimed here if `claim` was
         not called; `close` releases the lock, and removes the file once bound, even
         when `start` failed after the bind). `CannotServe` when it cannot."""
-        self.core.listeners.append(self.fanout)
-        RING.listener = self.fanout.log_record
+        self.dispatcher.start()
         try:
             await self._listen()
         except (OSError, ServeError) as exc:  # SocketInUse included
@@ -110,8 +101,7 @@ class ApiServer:
         """The new settings; every connected client gets the role they give it
         (`api.socket` itself needs a restart)."""
         self.cfg = cfg
-        self.debug = level_enabled(cfg.log.level)
-        self.text = spec_of(cfg).text
+        self.dispatcher.reload(cfg)
         self.reevaluate_roles()
 
     def stop_accepting(self) -> None:
@@ -121,7 +111,7 @@ class ApiServer:
     async def close(self) -> None:
         """Close every client and remove the socket file we created."""
         self.stop_accepting()
-        await self.inhibits.close()
+        await self.dispatcher.close()
         for conn in list(self.clients):
             conn.close()
         if self._owned_path is not None:
@@ -136,7 +126,6 @@ class ApiServer:
         if self._lock is not None:
             self._lock.release()  # (after the unlink: the next verld finds the path free)
             self._lock = None
-        RING.listener = None
 
     # --- clients --------------------------------------------------------------------------
     def attach(self, conn: ClientConn) -> None:
@@ -186,73 +175,23 @@ class ApiServer:
         if conn not in self.clients:
             return
         self.clients.discard(conn)
-        self.fanout.unsubscribe(conn, wire.TOPICS)
-        self.leases.forget(conn)
-        self.inhibits.end(conn, "holder disconnected")
-        self.core.forget(conn)
+        self.dispatcher.leave(conn)
         log.info("client_disconnected", client=repr(conn), client_pid=conn.pid)
         self.core.clients_changed()
-
-    # --- requests ---------------------------------------------------------------------
-    def request(self, conn: ClientConn, body: bytes) -> None:
-        """One message from `conn`: parsed, looked up, role-checked, run."""
-        try:
-            req = wire.parse_request(body)
-            op = OPS.get(req.op)
-            if op is None:
-                raise ApiError(ErrorCode.UNKNOWN_OP, f"unknown op {req.op!r}", req.id)
-            if conn.rank < op.rank:
-                raise ApiError(
-                    ErrorCode.FORBIDDEN,
-                    f"'{req.op}' needs role {op.role}; you are {conn.role}",
-                    req.id,
-                )
-            op.handler(self, conn, req)
-        except ApiError as exc:
-            errors = self.stats.api_errors
-            errors[exc.code] = errors.get(exc.code, 0) + 1
-            if self.debug:
-                log.debug("request_refused", client=repr(conn), code=exc.code, why=exc.message)
-            conn.send(wire.error_reply(exc.req_id, exc.code, exc.message))
-
-    def requests(self, conn: ClientConn, bodies: list[bytes]) -> None:
-        """A burst of messages from one read: their calls go to the device in one write."""
-        with self.core.burst():
-            for body in bodies:
-                if conn.closed:
-                    break
-                self.request(conn, body)
 
     # --- figures ------------------------------------------------------------------------
     def programs(self) -> list[dict[str, Any]]:
         """One row per API client (`programs`)."""
-        rows = []
-        for conn in self.clients:
-            waiting = self.core.waiting(conn)
-            rows.append(
-                {
-                    "front": "api",
-                    "who": f"pid {conn.pid} {conn.name}".rstrip(),
-                    "pid": conn.pid,
-                    "uid": conn.uid,
-                    "name": conn.name,
-                    "role": conn.role,
-                    "calls": conn.ok + conn.failed + waiting,
-                    "ok": conn.ok,
-                    "failed": conn.failed,
-                    "waiting": waiting,
-                }
-            )
-        return rows
+        return self.dispatcher.programs(self.clients)
 
     def status(self) -> dict[str, Any]:
         """Its keys in `status`."""
         return {
             "clients": len(self.clients),
-            "lease": self.leases.status(),
+            "lease": self.core.lease_status(),
             "events_dropped": self.stats.events_dropped,
             "limits_hit": dict(self.stats.limits_hit),
-            "api_errors": dict(self.stats.api_errors),
+            "api_errors": dict(self.dispatcher.api_errors),
             "inhibit": self.core.holder,
             "inhibits": self.core.inhibits,
         }
