@@ -475,6 +475,16 @@ class Session:
         self.timers.arm_heartbeat()
         self.pump()
 
+    def proves_alive(self, result: CallResult) -> bool:
+        """Whether a ping's result shows the device is there (the line's say: on a
+        Modbus bus an exception reply does)."""
+        return self.line.proves_alive(result)
+
+    @property
+    def bad_frames(self) -> int:
+        """Frames the codec could not read (noise, another codec, a wrong baud rate)."""
+        return self.codec.bad_frames
+
     def send_ping(self, done: Callable[[CallResult], None]) -> None:
         """Ping the device now, ahead of the queue (the handshake's ping), ending in
         `done`; only when the codec has a ping (`ping_payload`)."""
@@ -526,7 +536,7 @@ class Session:
             link,
             now=self.clock.time(),
             live=(0, 0) if t is None else (t.bytes_tx, t.bytes_rx),
-            bad_frames=self.codec.bad_frames,
+            bad_frames=self.bad_frames,
             queue=len(self.queue),
             inflight=len(self.window),
             extra=self.line.status(),
