@@ -13,8 +13,8 @@ chosen once from the codec's traits. Replies and events come in through its
 receiving half, the `receiving.Receiver` (the transport's `link_data` is the
 receiver's); the timers are the timekeeper's. The session makes both with the
 parts they share and hands each the few of its methods they call, and tells them
-the codec, line, queue and ping in use whenever those change (`_set_line`,
-`reconfigure`).
+the settings, codec, line, queue and ping in use whenever those change
+(`_use_line`).
 
 No I/O here; time only from `clock` (the loop, or a test's manual clock: timers)
 and `precise` (the monotonic clock the loop is built on: elapsed times and the
@@ -134,10 +134,8 @@ class Session:
         self.cfg = cfg
         self.queue.limit, self.queue.share = cfg.api.queue_limit, cfg.api.client_queue
         self.link.configure(cfg)
-        self._set_ping()
-        line = self.line
-        line.configure(cfg)
-        self._screen, self._clear = line.screen, line.clear
+        self.line.configure(cfg)
+        self._use_line()
         self.timers.arm_heartbeat()
 
     def set_debug(self, enabled: bool) -> None:
@@ -172,14 +170,14 @@ class Session:
                 why = "the device codec changed"
                 self.timers.fail_queued(ErrorCode.LINK_DOWN, why, everyone=True)
             self.queue = queue
-        self._screen, self._clear = line.screen, line.clear
-        self._set_ping()
+        self._use_line()
 
-    def _set_ping(self) -> None:
-        """The device's ping (also with the idle heartbeat off: the handshake and the
-        probe after a timeout send it), and whether a timeout calls for a resync; the
-        timekeeper and the receiver told what is in use now."""
+    def _use_line(self) -> None:
+        """The line's hooks, the device's ping (also with the idle heartbeat off: the
+        handshake and the probe after a timeout send it) and whether a timeout calls
+        for a resync; the timekeeper and the receiver told what is in use now."""
         cfg, spec, codec, line = self.cfg, spec_of(self.cfg), self.codec, self.line
+        self._screen, self._clear = line.screen, line.clear
         ping = self.ping_payload = spec.device_ping(cfg)
         expect = cfg.heartbeat.expect
         # a try that ran out puts the line out of step: pings resync it (`line`)
