@@ -11,9 +11,9 @@ The receiver owns the decoding side: which feed reads the bytes (the codec's
 `feed`, its `quiet_feed` in a quiet time, its `feed_replies` while the link is out
 of step), the `heartbeat.expect` pattern, the event sink and the counting of what
 came (frames, stale replies, events, desyncs). The session makes it with the parts
-both halves share (link, window, stats, timekeeper) and the four things it does to
-the calls as callbacks (`finish`, `pump`, `hold`/`flush`, `lose`), and tells it the
-codec, line and queue in use (`use`). The usual reply (status 0 to a client call,
+both halves share (link, window, stats, timekeeper) and what it does to the calls
+as callbacks (`finish`, `pump`, `hold`/`flush`, `lose`), and tells it the codec,
+line and queue in use (`use`). The usual reply (status 0 to a client call,
 no unit, no DEBUG) ends its call right here: what the session's `finish` does,
 without the trip through it (the per-call hot path).
 """

@@ -431,6 +431,8 @@ class Session:
         data: bytes = b"",
         text: str | None = None,
     ) -> None:
+        """End a call: its outcome counted, its share of the queue released, its
+        result to its `done` (exactly once per call)."""
         # `precise`, not loop.time(): uvloop's clock ticks in whole milliseconds.
         elapsed = self.precise() - call.t_submit if call.t_submit else 0.0
         if not call.is_ping:
