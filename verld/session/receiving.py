@@ -262,16 +262,15 @@ class Receiver:
     def _complete(self, call: Call, frame: Inbound) -> None:
         """A matched reply (the link's `reply` already told): the call ends with the
         device's status and data."""
-        line = self.line
         status = frame.status
         error: str | None
         if status == 0:
             error, message = None, "ok"
         else:
-            error, message = line.reply_error(status or 0)
+            error, message = self.line.reply_error(status or 0)
         self._finish(call, error, message, status, frame.data, frame.text)
         if call.is_ping:
-            line.ping_answered(call)
+            self.line.ping_answered(call)
             self.timers.ping_answered()
         if self.queue.waiting:
             self._pump()
