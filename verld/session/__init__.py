@@ -1,7 +1,7 @@
 """The session layer: the calls on the one link to the device.
 
 `session.Session` (the calls: submit, the lease, pump, send, finish) and its receiving
-half (`receiving.py`), the timers (`timekeeper.py`), the line discipline
+half (`receiving.Receiver`), the timers (`timekeeper.py`), the line discipline
 (`discipline.py`, `bus.py`), the fair queue (`calls.py`), the window of calls on the link
 (`window.py`), the counters (`stats.py`), which link transitions are told (`outage.py`),
 and the supervisor (`supervisor.py`), the link's life. No I/O of its own: the bytes come

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 
 class CallResult(NamedTuple):
@@ -85,6 +85,20 @@ class Call:
         self.reply = True
         #: the front's calls by outcome ("ok" or the error code), counted as it ends
         self.outcomes: dict[str, int] | None = None
+
+
+class Finish(Protocol):
+    """How a call ends: the session's `finish` (its `done` gets the result)."""
+
+    def __call__(
+        self,
+        call: Call,
+        error: str | None,
+        message: str,
+        status: int | None = None,
+        data: bytes = b"",
+        text: str | None = None,
+    ) -> None: ...
 
 
 class _Owners:

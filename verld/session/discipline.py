@@ -35,12 +35,10 @@ from verld.config import Config
 from verld.errors import ErrorCode
 from verld.links.link import Link
 from verld.session.bus import Bus, exception_message
-from verld.session.calls import Call, CallResult, FairQueue, LaneQueue
+from verld.session.calls import Call, CallResult, FairQueue, Finish, LaneQueue
 from verld.session.window import EPSILON
 
 log = structlog.get_logger("verld.session.session")
-
-Finish = Callable[..., None]
 
 
 class Plain:

@@ -1,33 +1,38 @@
-"""The session's receiving half: bytes from the device become replies and events.
+"""The receiving half of the session: bytes from the device become replies and events.
 
-Strategy: the transport hands bytes to `link_data`; the codec decodes them into
+Strategy: the transport's bytes come to `Receiver.link_data` (the session's own
+`link_data` is this bound method: no hop per read); the codec decodes them into
 `Inbound` frames; a reply takes its call off the window (`Window.match`: no call,
-a stale reply, counted) and ends it through the session's `finish`, with the
-window refilled first so the device works on the next calls while the replies
-go out; an event goes to the listeners once the link is up. A stream out of step
-(`codec.desync`) loses the link. This is a mixin of `session.Session`, in its own
-module for size: its methods are the session's, on the session's state (declared
-below), with no layer per reply.
+a stale reply, counted) and ends it, with the window refilled first so the device
+works on the next calls while the replies go out; an event goes to the event sink
+once the link is up. A stream out of step (`codec.desync`) loses the link.
+
+The receiver owns the decoding side: which feed reads the bytes (the codec's
+`feed`, its `quiet_feed` in a quiet time, its `feed_replies` while the link is out
+of step), the `heartbeat.expect` pattern, the event sink and the counting of what
+came (frames, stale replies, events, desyncs). The session makes it with the parts
+both halves share (link, window, stats, timekeeper) and what it does to the calls
+as callbacks (`finish`, `pump`, `hold`/`flush`, `lose`), and tells it the codec,
+line and queue in use (`use`). The usual reply (status 0 to a client call,
+no unit, no DEBUG) ends its call right here: what the session's `finish` does,
+without the trip through it (the per-call hot path).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import structlog
 
-from verld.alarm import Alarm, Clock
+from verld.alarm import Clock
 from verld.codec.base import Inbound, Kind, LinkCodec
 from verld.links.link import Link, LinkState
-from verld.session.calls import Call, CallResult, FairQueue
-from verld.session.stats import Counters, Stats
+from verld.session.calls import Call, CallResult, FairQueue, Finish
+from verld.session.discipline import Plain
+from verld.session.stats import Stats
+from verld.session.timekeeper import Timekeeper
 from verld.session.window import Window
-
-if TYPE_CHECKING:
-    from verld.session.discipline import Plain
-    from verld.session.timekeeper import Timekeeper
 
 log = structlog.get_logger("verld.session.session")
 
@@ -39,42 +44,67 @@ EventSink = Callable[[bytes, str | None, int], None]
 TrafficTap = Callable[[str, str, int | None, int | None, bytes], None]
 
 
-class Receiving:
-    """Replies and events in (mixed into `Session`)."""
+class Receiver:
+    """Replies and events in, for one session."""
 
-    clock: Clock
-    codec: LinkCodec
-    link: Link
-    line: Plain
-    window: Window
-    queue: FairQueue
-    stats: Stats
-    counters: Counters
-    timers: Timekeeper
-    _sweep: Alarm
-    _heard: Callable[[], None] | None
-    _quiet_feed: Callable[[bytes], tuple[list[Inbound], int]] | None
-    _feed_replies: Callable[[bytes], list[Inbound]] | None
-    resyncs: bool
-    expect: re.Pattern[str] | None
-    _on_event: EventSink
-    _traffic: TrafficTap | None
-    _debug: bool
-    precise: Callable[[], float]
-
-    def pump(self) -> None: ...
-    def hold(self) -> None: ...
-    def flush(self) -> None: ...
-    def lose(self, reason: str) -> None: ...
-    def finish(
+    def __init__(
         self,
-        call: Call,
-        error: str | None,
-        message: str,
-        status: int | None = None,
-        data: bytes = b"",
-        text: str | None = None,
-    ) -> None: ...
+        codec: LinkCodec,
+        line: Plain,
+        queue: FairQueue,
+        *,
+        clock: Clock,
+        precise: Callable[[], float],
+        link: Link,
+        window: Window,
+        stats: Stats,
+        timers: Timekeeper,
+        on_event: EventSink,
+        finish: Finish,
+        pump: Callable[[], None],
+        hold: Callable[[], None],
+        flush: Callable[[], None],
+        lose: Callable[[str], None],
+    ) -> None:
+        self.clock, self.precise, self.link, self.window = clock, precise, link, window
+        self.stats, self.counters, self.timers = stats, stats.counters, timers
+        self._on_event = on_event
+        self._finish, self._pump, self._hold, self._flush = finish, pump, hold, flush
+        self._lose = lose
+        # the codec, line and queue in use (`use` sets them anew)
+        self.codec, self.line, self.queue, self._heard = codec, line, queue, line.heard
+        #: the codec sorts lines in a quiet time (events kept, the rest dropped)
+        self._quiet_feed: Callable[[bytes], tuple[list[Inbound], int]] | None = None
+        #: every reply in a read, none taken for an event (a link out of step: `line`)
+        self._feed_replies: Callable[[bytes], list[Inbound]] | None = None
+        #: a try that ran out puts the line out of step: its lines are sorted (`line`)
+        self.resyncs = False
+        #: what a line must match to answer the ping (`heartbeat.expect`), or None
+        self.expect: re.Pattern[str] | None = None
+        self.traffic: TrafficTap | None = None
+        self.debug = False
+
+    def use(
+        self,
+        codec: LinkCodec,
+        line: Plain,
+        queue: FairQueue,
+        *,
+        quiet: bool,
+        resyncs: bool,
+        expect: re.Pattern[str] | None,
+    ) -> None:
+        """The codec, line and queue in use; `quiet`: the codec sorts lines in a quiet
+        time (`CodecSpec.quiet`); `resyncs`, `expect`: how a link out of step is read."""
+        self.codec, self.line, self.queue, self._heard = codec, line, queue, line.heard
+        self._quiet_feed = getattr(codec, "quiet_feed", None) if quiet else None
+        self._feed_replies = getattr(codec, "feed_replies", None)
+        self.resyncs, self.expect = resyncs, expect
+
+    @property
+    def quiet_sorts(self) -> bool:
+        """Whether lines in a quiet time are sorted (a call with `reply: false` may go)."""
+        return self._quiet_feed is not None
 
     def link_data(self, data: bytes) -> None:
         """Transport callback: bytes from the device."""
@@ -153,45 +183,44 @@ class Receiving:
         if over and expect is not None:
             self.timers.resync_over(wait_quiet=False)
 
-    def _line_quiet(self, frames: list[Inbound]) -> None:
-        """The line fell silent: the frames that ended, then the next calls."""
+    def line_quiet(self, frames: list[Inbound]) -> None:
+        """The line fell silent (the line discipline's `quiet`): the frames that
+        ended, then the next calls."""
         if frames:
             self.frames_in(frames, self.clock.time())
-        self.pump()
+        self._pump()
 
     def frames_in(self, frames: list[Inbound], now: float) -> None:
         """Decoded frames: replies to their calls, events to the listeners.
 
         The window slots are freed first and refilled in one write, so the device works
-        on the next calls while the replies go out to their clients. The usual reply
-        (status 0 to a client call, no unit, no DEBUG) ends its call right here: what
-        `finish` does, without the trip through it (the per-call hot path).
+        on the next calls while the replies go out to their clients.
         """
         if frames:
-            if self._traffic is not None:
+            if self.traffic is not None:
                 for f in frames:
                     kind = "reply" if f.kind is Kind.REPLY else "event"
-                    self._traffic("rx", kind, f.seq, f.status, f.data)
+                    self.traffic("rx", kind, f.seq, f.status, f.data)
             self.counters.frames_rx += len(frames)
             self.link.activity(now)
             match = self.window.match
             matched = [match(f.seq) if f.kind is _REPLY else None for f in frames]
             if self.queue.waiting:
-                self.pump()
-            self.hold()  # replies to pings may pump again: still one write
+                self._pump()
+            self._hold()  # replies to pings may pump again: still one write
             try:
                 self._complete_all(frames, matched, now)
             finally:
-                self.flush()
+                self._flush()
         if self.codec.desync is not None:
             self.stats.desyncs += 1
-            self.lose(f"stream out of step: {self.codec.desync}")
+            self._lose(f"stream out of step: {self.codec.desync}")
 
     def _complete_all(self, frames: list[Inbound], matched: list[Call | None], now: float) -> None:
         """Each frame in order: its call ends (a reply), or it goes to the listeners."""
         replied = False
         precise, generation = self.precise, self.link.generation
-        release, fast = self.queue.release, not self._debug
+        release, fast = self.queue.release, not self.debug
         took: list[float] = []  #: the elapsed times of the calls that succeeded
         try:
             for frame, call in zip(frames, matched, strict=True):
@@ -200,7 +229,7 @@ class Receiving:
                         self._device_event(frame)
                     else:  # a reply without a call is stale
                         self.counters.stale += 1
-                        if self._debug:
+                        if self.debug:
                             log.debug("stale_reply", seq=frame.seq)
                     continue
                 if not replied:
@@ -239,11 +268,9 @@ class Receiving:
             error, message = None, "ok"
         else:
             error, message = self.line.reply_error(status or 0)
-        self.finish(call, error, message, status, frame.data, frame.text)
+        self._finish(call, error, message, status, frame.data, frame.text)
         if call.is_ping:
             self.line.ping_answered(call)
-            if not self.window:
-                self._sweep.cancel()  # an idle link: no wake-up for a deadline long met
-            self.timers.arm_heartbeat()
+            self.timers.ping_answered()
         if self.queue.waiting:
-            self.pump()
+            self._pump()

@@ -9,8 +9,12 @@ the `Link`'s; the link's life (open, handshake, loss, announcing) is the
 `supervisor.Supervisor`'s, which calls `attach`, `send_ping`, `resume`,
 `fail_queued` and `detach`. What differs between codecs beyond framing (Modbus
 units and turns, the RTU gap, line's screen) is the line's `discipline.Plain`,
-chosen once from the codec's traits. Replies and events come in through the
-`receiving.Receiving` half.
+chosen once from the codec's traits. Replies and events come in through its
+receiving half, the `receiving.Receiver` (the transport's `link_data` is the
+receiver's); the timers are the timekeeper's. The session makes both with the
+parts they share and hands each the few of its methods they call, and tells them
+the settings, codec, line, queue and ping in use whenever those change
+(`_use_line`).
 
 No I/O here; time only from `clock` (the loop, or a test's manual clock: timers)
 and `precise` (the monotonic clock the loop is built on: elapsed times and the
@@ -27,7 +31,7 @@ from typing import Any
 import structlog
 
 from verld.alarm import Clock
-from verld.codec.base import Inbound, LinkCodec
+from verld.codec.base import LinkCodec
 from verld.codec.registry import spec_of
 from verld.config import Config
 from verld.errors import ErrorCode
@@ -35,7 +39,7 @@ from verld.links.link import Link, LinkState
 from verld.links.transport import LinkTransport
 from verld.session.calls import Call, CallResult, FairQueue
 from verld.session.discipline import Plain, discipline_for
-from verld.session.receiving import EventSink, Receiving, TrafficTap
+from verld.session.receiving import EventSink, Receiver, TrafficTap
 from verld.session.stats import Stats
 from verld.session.timekeeper import Timekeeper
 from verld.session.window import Window
@@ -49,8 +53,11 @@ _UP = LinkState.UP
 WireTap = Callable[[str, bytes], None]
 
 
-class Session(Receiving):
+class Session:
     """Owns the calls on the link to the device."""
+
+    #: the transport's callback, bytes from the device: the receiver's own method
+    link_data: Callable[[bytes], None]
 
     def __init__(
         self,
@@ -64,34 +71,61 @@ class Session(Receiving):
         rng: random.Random | None = None,
     ) -> None:
         self.cfg, self.codec, self.port, self.clock = cfg, codec, port, clock
-        self._on_event = on_event
         #: the link is lost (the reason): the supervisor's `lose`
         self.on_lost: Callable[[str], None] = _nothing
         #: fine-grained time (elapsed ms, the RTU gap): the loop's monotonic clock
         self.precise = clock.time if precise is None else precise
         self.link = Link.from_config(cfg, rng)
         self.window = Window(1)
+        #: the device's ping (the handshake, the heartbeat, probes), or None: none
         self.ping_payload: bytes | None = None
-        #: a try that ran out puts the line out of step: pings resync it (`line`)
-        self.resyncs = False
-        #: what a line must match to answer the ping (`heartbeat.expect`), or None
-        self.expect: re.Pattern[str] | None = None
-        #: the codec sorts lines in a quiet time (events kept, the rest dropped)
-        self._quiet_feed: Callable[[bytes], tuple[list[Inbound], int]] | None = None
-        self._feed_replies: Callable[[bytes], list[Inbound]] | None = None
         self.stats = Stats()
         self.counters = self.stats.counters
         self.queue = FairQueue(cfg.api.queue_limit, cfg.api.client_queue)
         self.line: Plain = Plain(cfg, codec, self.link)
         self._transport: LinkTransport | None = None
-        self.timers = Timekeeper(self)
-        self._sweep = self.timers.sweep
-        self._set_line()
         self._holds = 0
         self._pump_wanted = False
         self._debug = False
         self._traffic: TrafficTap | None = None
         self._wire: WireTap | None = None
+        self.timers = Timekeeper(
+            cfg,
+            codec,
+            self.line,
+            self.queue,
+            clock=clock,
+            precise=self.precise,
+            link=self.link,
+            window=self.window,
+            counters=self.counters,
+            finish=self.finish,
+            pump=self.pump,
+            send=self.send,
+            resend=self.resend,
+            lose=self.lose,
+            attached=lambda: self._transport is not None,
+        )
+        self._sweep = self.timers.sweep
+        self.receiver = Receiver(
+            codec,
+            self.line,
+            self.queue,
+            clock=clock,
+            precise=self.precise,
+            link=self.link,
+            window=self.window,
+            stats=self.stats,
+            timers=self.timers,
+            on_event=on_event,
+            finish=self.finish,
+            pump=self.pump,
+            hold=self.hold,
+            flush=self.flush,
+            lose=self.lose,
+        )
+        self.link_data = self.receiver.link_data
+        self._set_line()
         self.started = 0.0  #: when verld started, in wall-clock time (`status`)
 
     # --- settings -----------------------------------------------------------------
@@ -100,15 +134,13 @@ class Session(Receiving):
         self.cfg = cfg
         self.queue.limit, self.queue.share = cfg.api.queue_limit, cfg.api.client_queue
         self.link.configure(cfg)
-        self._set_ping()
-        line = self.line
-        line.configure(cfg)
-        self._screen, self._heard, self._clear = line.screen, line.heard, line.clear
+        self.line.configure(cfg)
+        self._use_line()
         self.timers.arm_heartbeat()
 
     def set_debug(self, enabled: bool) -> None:
         """Per-call DEBUG lines cost even when filtered: build them only when wanted."""
-        self._debug = enabled
+        self._debug = self.receiver.debug = enabled
 
     def replace_device(self, codec: LinkCodec, port: str | None = None) -> None:
         """New device settings (a reload): new codec (and port); the caller reconnects."""
@@ -130,7 +162,7 @@ class Session(Receiving):
             self.link,
             clock=self.clock,
             precise=self.precise,
-            quiet=self._line_quiet,
+            quiet=self.receiver.line_quiet,
         )
         queue = line.queue(self.queue)
         if queue is not self.queue:
@@ -138,30 +170,38 @@ class Session(Receiving):
                 why = "the device codec changed"
                 self.timers.fail_queued(ErrorCode.LINK_DOWN, why, everyone=True)
             self.queue = queue
-        self._screen, self._heard, self._clear = line.screen, line.heard, line.clear
-        self._quiet_feed = getattr(self.codec, "quiet_feed", None) if spec.quiet else None
-        #: every reply in a read, none taken for an event (a link out of step: `line`)
-        self._feed_replies = getattr(self.codec, "feed_replies", None)
-        self._set_ping()
+        self._use_line()
 
-    def _set_ping(self) -> None:
-        """The device's ping (also with the idle heartbeat off: the handshake and the
-        probe after a timeout send it), and whether a timeout calls for a resync."""
-        cfg, spec = self.cfg, spec_of(self.cfg)
-        self.ping_payload = spec.device_ping(cfg)
+    def _use_line(self) -> None:
+        """The line's hooks, the device's ping (also with the idle heartbeat off: the
+        handshake and the probe after a timeout send it) and whether a timeout calls
+        for a resync; the timekeeper and the receiver told what is in use now."""
+        cfg, spec, codec, line = self.cfg, spec_of(self.cfg), self.codec, self.line
+        self._screen, self._clear = line.screen, line.clear
+        ping = self.ping_payload = spec.device_ping(cfg)
         expect = cfg.heartbeat.expect
-        self.expect = re.compile(expect) if expect is not None and spec.text else None
-        self.resyncs = (
+        # a try that ran out puts the line out of step: pings resync it (`line`)
+        resyncs = (
             spec.text
-            and not self.codec.pipelined
-            and not self.line.turns
-            and self.ping_payload is not None
-            and getattr(self.codec, "feed_replies", None) is not None
+            and not codec.pipelined
+            and not line.turns
+            and ping is not None
+            and getattr(codec, "feed_replies", None) is not None
+        )
+        self.timers.use(cfg, codec, line, self.queue, ping=ping, resyncs=resyncs)
+        self.receiver.use(
+            codec,
+            line,
+            self.queue,
+            quiet=spec.quiet,
+            resyncs=resyncs,
+            expect=re.compile(expect) if expect is not None and spec.text else None,
         )
 
     def set_taps(self, traffic: TrafficTap | None, wire: WireTap | None) -> None:
         """Decoded frames and raw bytes each way to the taps (None: off, costs nothing)."""
-        self._traffic, self._wire = traffic, wire
+        self._traffic = self.receiver.traffic = traffic
+        self._wire = wire
         if self._transport is not None:
             self._transport.tap = wire
 
@@ -247,7 +287,7 @@ class Session(Receiving):
             reason = self._screen(call)
             if reason is not None:
                 return ErrorCode.BAD_REQUEST, reason
-        if not call.reply and self._quiet_feed is None:
+        if not call.reply and not self.receiver.quiet_sorts:
             codec = self.cfg.device.codec
             why = f"'reply': false is not for codec {codec}: its device answers every request"
             return ErrorCode.BAD_REQUEST, why
@@ -391,6 +431,8 @@ class Session(Receiving):
         data: bytes = b"",
         text: str | None = None,
     ) -> None:
+        """End a call: its outcome counted, its share of the queue released, its
+        result to its `done` (exactly once per call)."""
         # `precise`, not loop.time(): uvloop's clock ticks in whole milliseconds.
         elapsed = self.precise() - call.t_submit if call.t_submit else 0.0
         if not call.is_ping:
@@ -432,6 +474,16 @@ class Session(Receiving):
         """The link came up: the heartbeat runs, queued calls go out."""
         self.timers.arm_heartbeat()
         self.pump()
+
+    def proves_alive(self, result: CallResult) -> bool:
+        """Whether a ping's result shows the device is there (the line's say: on a
+        Modbus bus an exception reply does)."""
+        return self.line.proves_alive(result)
+
+    @property
+    def bad_frames(self) -> int:
+        """Frames the codec could not read (noise, another codec, a wrong baud rate)."""
+        return self.codec.bad_frames
 
     def send_ping(self, done: Callable[[CallResult], None]) -> None:
         """Ping the device now, ahead of the queue (the handshake's ping), ending in
@@ -484,7 +536,7 @@ class Session(Receiving):
             link,
             now=self.clock.time(),
             live=(0, 0) if t is None else (t.bytes_tx, t.bytes_rx),
-            bad_frames=self.codec.bad_frames,
+            bad_frames=self.bad_frames,
             queue=len(self.queue),
             inflight=len(self.window),
             extra=self.line.status(),

@@ -11,10 +11,11 @@ comes through `lose`, and every transition is announced here, an outage once
 `came_up`) are plain methods on the session's clock, so a test drives them with a
 manual clock (`verld.testing.session`). Every time it hands the link, and every
 wait it times, is read from that one clock (`now`: the session's `clock`, which
-is the loop in the daemon); it acts on the session only through its surface
-(`attach`, `send_ping`, `fail_queued`, `take_inflight`, `finish`, `detach`...),
-never reaching into its timekeeper. Stopping (`close`) lets in-flight calls finish
-for up to `api.drain` seconds.
+is the loop in the daemon); it drives the link state machine (the session's
+`link`) and acts on the session only through its surface (`attach`, `send_ping`,
+`proves_alive`, `fail_queued`, `take_inflight`, `finish`, `detach`...), never
+reaching into its parts (timekeeper, line, codec). Stopping (`close`) lets
+in-flight calls finish for up to `api.drain` seconds.
 """
 
 from __future__ import annotations
@@ -55,15 +56,18 @@ class Supervisor:
         self._outage = Outage()
         self._wake: asyncio.Future[None] | None = None
         self._opening = False  #: an open is under way (a TCP connect may take a while)
+        #: the link state machine whose transitions it drives (made by the session)
+        self.link = session.link
+        self.clock = session.clock  #: the session's clock: every step's and wait's
         session.on_lost = self.lose
 
     def now(self) -> float:
         """The time on the session's clock: the one clock of every step and wait."""
-        return self.session.clock.time()
+        return self.clock.time()
 
     async def run(self) -> None:
         """Until `close`: connect whenever the link is down and an attempt is due."""
-        link = self.session.link
+        link = self.link
         while not link.closing:
             if link.inhibited_by is not None:
                 await self._sleep(None)  # the port belongs to another program: hands off
@@ -79,7 +83,7 @@ class Supervisor:
     # --- the steps of one attempt (no waiting in them) ----------------------------------
     def attempt(self) -> None:
         """An open attempt starts."""
-        self.announce(self.session.link.attempt(self.now()))
+        self.announce(self.link.attempt(self.now()))
 
     def opened(self, transport: LinkTransport, answered: Answered) -> None:
         """The port opened: attach it and ping for the handshake; `answered` gets the
@@ -90,19 +94,19 @@ class Supervisor:
         def handshake(result: CallResult) -> None:
             # Up at once, inside the reply's handling: an event right behind the reply
             # (same read) then already belongs to the new generation.
-            if s.line.proves_alive(result) and s.link.state is LinkState.CONNECTING:
+            if s.proves_alive(result) and self.link.state is LinkState.CONNECTING:
                 self.came_up()
             answered(result)
 
         if s.ping_payload is None:
-            handshake(CallResult(None, "ok", 0, b"", None, 0.0, s.link.generation))
+            handshake(CallResult(None, "ok", 0, b"", None, 0.0, self.link.generation))
             return
         s.send_ping(handshake)
 
     def came_up(self) -> None:
         """The handshake was answered (or there is none): a new link session."""
         s = self.session
-        self.announce(s.link.opened(self.now()))
+        self.announce(self.link.opened(self.now()))
         s.resume()
 
     def handshaken(self, transport: LinkTransport, result: CallResult, heard: str) -> bool:
@@ -110,7 +114,7 @@ class Supervisor:
         s = self.session
         if s.attached is not transport:
             return False  # lost during the handshake; that was announced
-        if not s.line.proves_alive(result):
+        if not s.proves_alive(result):
             heard = heard if result.error == ErrorCode.TIMEOUT else ""
             self.lose(f"handshake failed: {result.message}{heard}")
             return False
@@ -119,8 +123,7 @@ class Supervisor:
     def lose(self, reason: str) -> None:
         """The link is gone (hang-up, EIO, dead heartbeat, desync...) or to be dropped
         (a reconnect, a failed handshake): one path for every cause."""
-        s = self.session
-        link = s.link
+        s, link = self.session, self.link
         if link.state not in (LinkState.UP, LinkState.CONNECTING):
             return
         s.detach()
@@ -134,7 +137,7 @@ class Supervisor:
     def announce(self, transition: Transition) -> None:
         """Log a transition and tell the link listener (an outage once: `outage.Outage`)."""
         s = self.session
-        now, link = self.now(), s.link
+        now, link = self.now(), self.link
         told = self._outage.tell(transition, now)
         log_transition(
             transition,
@@ -154,14 +157,14 @@ class Supervisor:
         try:
             transport = await self._open(s.cfg.device, s.port, s, s.cfg.device.timeout)
         except OpenError as exc:
-            self.announce(s.link.lost(self.now(), f"open failed: {exc}"))
+            self.announce(self.link.lost(self.now(), f"open failed: {exc}"))
             return False
         finally:
             self._opening = False
-        if s.link.closing or s.link.inhibited_by is not None:
+        if self.link.closing or self.link.inhibited_by is not None:
             transport.close()  # (inhibit() waits for this open, then says `inhibited`)
             return False
-        rx, bad = transport.bytes_rx, s.codec.bad_frames
+        rx, bad = transport.bytes_rx, s.bad_frames
         answer: asyncio.Future[CallResult] = loop.create_future()
 
         def answered(result: CallResult) -> None:
@@ -171,16 +174,16 @@ class Supervisor:
         self.opened(transport, answered)
         result = await answer
         return self.handshaken(
-            transport, result, _heard(transport.bytes_rx - rx, s.codec.bad_frames - bad)
+            transport, result, _heard(transport.bytes_rx - rx, s.bad_frames - bad)
         )
 
     def request_reconnect(self, reason: str = "reconnect requested") -> None:
         """Drop the link now and reopen it (the admin `reconnect` op, a reload)."""
         s = self.session
-        if s.link.state in (LinkState.UP, LinkState.CONNECTING) and s.attached is not None:
+        if self.link.state in (LinkState.UP, LinkState.CONNECTING) and s.attached is not None:
             self.lose(reason)
-        elif s.link.state is LinkState.DOWN:
-            s.link.retry_now()
+        elif self.link.state is LinkState.DOWN:
+            self.link.retry_now()
             self._wakeup()
 
     # --- inhibit: the port handed to another program ------------------------------------
@@ -189,7 +192,7 @@ class Supervisor:
         from now on new calls are refused `busy` with `reason` (or wait), queued ones
         fail so, and nothing more goes out. `let_go` finishes the job."""
         s = self.session
-        s.link.begin_inhibit(reason)
+        self.link.begin_inhibit(reason)
         s.fail_queued(ErrorCode.BUSY, reason, everyone=False)
 
     async def let_go(self, reason: str) -> None:
@@ -197,20 +200,20 @@ class Supervisor:
         then the port is closed and the link `inhibited` until `release`."""
         s = self.session
         await self._settle(self.now() + s.cfg.device.timeout)
-        if s.link.inhibited_by != reason or s.link.closing:
+        if self.link.inhibited_by != reason or self.link.closing:
             return  # released (its holder went away) or stopping meanwhile: hands off
         for call in s.take_inflight():
             s.finish(call, ErrorCode.LINK_DOWN, f"link {reason}")
         s.detach()
-        self.announce(s.link.inhibit(self.now(), reason))
+        self.announce(self.link.inhibit(self.now(), reason))
         self._wakeup()
 
     def release(self) -> None:
         """End an inhibition: the port is reopened (flush, handshake) at once."""
         s = self.session
-        if s.link.inhibited_by is None:
+        if self.link.inhibited_by is None:
             return
-        if s.link.end_inhibit():
+        if self.link.end_inhibit():
             self._wakeup()
         else:  # released before the port was let go of: the link is as it was
             s.pump()
@@ -225,14 +228,14 @@ class Supervisor:
     async def close(self, drain: float) -> None:
         """Stop: fail queued calls, let in-flight ones finish for up to `drain` s."""
         s = self.session
-        s.link.begin_close()
+        self.link.begin_close()
         s.fail_queued(ErrorCode.SHUTTING_DOWN, "verld is shutting down", everyone=True)
         await self._settle(self.now() + drain)
         for call in s.take_inflight():
             s.finish(call, ErrorCode.SHUTTING_DOWN, "verld is shutting down")
         s.detach()
-        if s.link.state is not LinkState.CLOSED:
-            self.announce(s.link.close(self.now()))
+        if self.link.state is not LinkState.CLOSED:
+            self.announce(self.link.close(self.now()))
         self._wakeup()
 
     def _wakeup(self) -> None:
@@ -242,7 +245,7 @@ class Supervisor:
     async def _sleep(self, delay: float | None) -> None:
         """Until woken, or `delay` seconds on the session's clock (None: until woken)."""
         self._wake = asyncio.get_running_loop().create_future()
-        clock = self.session.clock
+        clock = self.clock
         handle = None if delay is None else clock.call_at(self.now() + delay, self._wakeup)
         try:
             await self._wake

@@ -23,15 +23,16 @@ returns an `AfterTimeout` and whether a probe ping follows); what differs on a
 line whose units take turns (Modbus: a retry queues again, a call's silence is
 its unit's and proves nothing about the line, a heartbeat ping takes a turn) is
 the session's line discipline's (`discipline.Plain.turns` and its hooks), never
-a codec's name. The session is seen through `Host`, which lists all it reads and
-the only methods it calls (`finish`, `resend`, `send`, `pump`, `lose`); the calls
-it takes off the window or the queue are its own timers' calls.
+a codec's name. The session makes it with the parts they share (link, window,
+counters) and the only things it does to the calls as callbacks (`finish`,
+`send`, `resend`, `pump`, `lose`, and whether a transport is `attached`), and
+tells it the settings, codec, line, queue and ping in use (`use`); the calls it
+takes off the window or the queue are its own timers' calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 import structlog
 
@@ -40,8 +41,7 @@ from verld.codec.base import LinkCodec
 from verld.config import Config
 from verld.errors import ErrorCode
 from verld.links.link import AfterTimeout, Link, LinkState
-from verld.links.transport import LinkTransport
-from verld.session.calls import Call, CallResult, FairQueue
+from verld.session.calls import Call, CallResult, FairQueue, Finish
 from verld.session.discipline import Plain
 from verld.session.stats import Counters
 from verld.session.window import EPSILON, Window
@@ -49,51 +49,37 @@ from verld.session.window import EPSILON, Window
 log = structlog.get_logger("verld.session.session")
 
 
-class Host(Protocol):
-    """What the timekeeper reads of the session, and the only ways it acts on it."""
-
-    cfg: Config
-    codec: LinkCodec
-    clock: Clock
-    link: Link
-    line: Plain
-    window: Window
-    queue: FairQueue
-    counters: Counters
-    ping_payload: bytes | None
-    precise: Callable[[], float]
-    #: a try that ran out puts the line out of step (no seqs, a ping, no units): resync
-    resyncs: bool
-
-    @property
-    def attached(self) -> LinkTransport | None: ...
-
-    def finish(
-        self,
-        call: Call,
-        error: str | None,
-        message: str,
-        status: int | None = None,
-        data: bytes = b"",
-        text: str | None = None,
-    ) -> None: ...
-
-    def pump(self) -> None: ...
-
-    def send(self, calls: list[Call]) -> None: ...
-
-    def resend(self, call: Call) -> None: ...
-
-    def lose(self, reason: str) -> None: ...
-
-
 class Timekeeper:
     """The timers of one session."""
 
-    def __init__(self, session: Host) -> None:
-        self.s = session
-        clock = session.clock
-        self.clock = clock
+    def __init__(
+        self,
+        cfg: Config,
+        codec: LinkCodec,
+        line: Plain,
+        queue: FairQueue,
+        *,
+        clock: Clock,
+        precise: Callable[[], float],
+        link: Link,
+        window: Window,
+        counters: Counters,
+        finish: Finish,
+        pump: Callable[[], None],
+        send: Callable[[list[Call]], None],
+        resend: Callable[[Call], None],
+        lose: Callable[[str], None],
+        attached: Callable[[], bool],
+    ) -> None:
+        self.clock, self.precise, self.link, self.window = clock, precise, link, window
+        self.counters = counters
+        self._finish, self._pump, self._send, self._resend = finish, pump, send, resend
+        self._lose, self._attached = lose, attached
+        # what `use` sets anew: the settings, codec, line, queue and ping in use
+        self.cfg, self.codec, self.line, self.queue = cfg, codec, line, queue
+        self.ping_payload: bytes | None = None
+        #: a try that ran out puts the line out of step (no seqs, a ping, no units): resync
+        self.resyncs = False
         #: the one timeout timer, set for the earliest deadline on the link
         self.sweep = Alarm(clock, self._swept)
         self._beat = Alarm(clock, self._heartbeat)
@@ -103,6 +89,21 @@ class Timekeeper:
         #: a call the device does not answer, written: it ends when the guard does
         self.quiet_call: Call | None = None
         self._pinging = False  #: a heartbeat ping is queued or on the link
+
+    def use(
+        self,
+        cfg: Config,
+        codec: LinkCodec,
+        line: Plain,
+        queue: FairQueue,
+        *,
+        ping: bytes | None,
+        resyncs: bool,
+    ) -> None:
+        """The settings, codec, line and queue in use; the device's `ping` (None: the
+        codec has none) and whether a try that ran out calls for a resync."""
+        self.cfg, self.codec, self.line, self.queue = cfg, codec, line, queue
+        self.ping_payload, self.resyncs = ping, resyncs
 
     def stop(self) -> None:
         """The link went away: no heartbeat, no guard (deadlines end with their calls)."""
@@ -125,7 +126,7 @@ class Timekeeper:
     # --- deadlines ---------------------------------------------------------------------
     def _swept(self) -> None:
         """The earliest deadline came: time out every try whose deadline passed."""
-        now, window = self.clock.time(), self.s.window
+        now, window = self.clock.time(), self.window
         for call in window.expired(now):
             # an earlier timeout may have resent it (new deadline) or dropped the link
             if window.holds(call) and call.deadline <= now + EPSILON:
@@ -136,16 +137,15 @@ class Timekeeper:
 
     def _timed_out(self, call: Call) -> None:
         """A try's deadline passed: fail or retry it as the link's policy says."""
-        s = self.s
-        line = s.line
-        s.window.remove(call)
+        line = self.line
+        self.window.remove(call)
         if line.unanswerable(call):  # (a Modbus broadcast)
-            s.finish(call, None, "broadcast sent (no answer expected)", 0)
-            s.pump()
+            self._finish(call, None, "broadcast sent (no answer expected)", 0)
+            self._pump()
             return
-        s.counters.timeouts += 1
+        self.counters.timeouts += 1
         if not call.is_ping:
-            line.try_timed_out(call, s.queue)
+            line.try_timed_out(call, self.queue)
         retry = call.tries <= call.retry and not call.is_ping
         # Units taking turns: a call's timeout is its unit's silence, not the line's:
         # it never counts, and no probe follows it (the heartbeat pings take turns).
@@ -155,10 +155,10 @@ class Timekeeper:
         # the next call may be another client's. (Its own retry is the same request, so
         # a late answer to the try before would be the right one.)
         sent = call.deadline - call.timeout
-        hold = 0.0 if call.is_ping or retry else sent + s.cfg.device.timeout
-        after, probe = s.link.timed_out(
+        hold = 0.0 if call.is_ping or retry else sent + self.cfg.device.timeout
+        after, probe = self.link.timed_out(
             self.clock.time(),
-            seqs=s.codec.pipelined,
+            seqs=self.codec.pipelined,
             ping=call.is_ping,
             spent=not retry and not call.is_ping and not turns,
             probes=not turns and self.probes(),
@@ -166,36 +166,36 @@ class Timekeeper:
         )
         if not retry or after is AfterTimeout.FAIL or after is AfterTimeout.DEAD:
             tries = f" ({call.tries} tries)" if call.tries > 1 else ""
-            s.finish(call, ErrorCode.TIMEOUT, f"no answer within {call.timeout:g} s{tries}")
+            self._finish(call, ErrorCode.TIMEOUT, f"no answer within {call.timeout:g} s{tries}")
         if after is AfterTimeout.DEAD:
-            s.lose(s.link.dead_reason())
+            self._lose(self.link.dead_reason())
             return
         if after is AfterTimeout.FAIL:
             return
-        if probe and after is AfterTimeout.GUARD and s.resyncs:
+        if probe and after is AfterTimeout.GUARD and self.resyncs:
             # Without request ids its answer may still come and pass for the next
             # call's: out of step until the pings after the guard are all answered.
-            s.link.begin_resync()
+            self.link.begin_resync()
         elif probe:
             self.probe()
         if retry and turns:
             # to the back of its unit's turn: other units' calls go first
-            s.counters.retries += 1
-            s.queue.push(call, front=True)
+            self.counters.retries += 1
+            self.queue.push(call, front=True)
         elif after is AfterTimeout.RESEND and retry:
-            s.resend(call)
+            self._resend(call)
         if after is AfterTimeout.GUARD:
             self._held = call if retry and not turns else None
-            self._guard.set(s.link.guard_until or 0.0)
+            self._guard.set(self.link.guard_until or 0.0)
         if call.is_ping and not probe:
             self.arm_heartbeat()
         if not retry or turns:
-            s.pump()
+            self._pump()
 
     def probes(self) -> bool:
         """Whether a ping can tell a live device from a dead one (there is one; also
         with the idle heartbeat off)."""
-        return self.s.ping_payload is not None
+        return self.ping_payload is not None
 
     def probe(self) -> None:
         """A ping next, ahead of the queued calls (a call or a ping went unanswered):
@@ -203,7 +203,7 @@ class Timekeeper:
         if self._pinging:
             return  # one on its way already says it
         self._pinging = True
-        self.s.queue.push(self.ping(self._pinged), front=True)
+        self.queue.push(self.ping(self._pinged), front=True)
 
     def shorten(self, calls: list[Call], limit: float) -> None:
         """Calls nobody waits for any more (their client left) run out within `limit`
@@ -217,35 +217,35 @@ class Timekeeper:
                     self.sweep.set_earlier(latest)
 
     def _guard_over(self) -> None:
-        s, link = self.s, self.s.link
+        link = self.link
         if link.guard_until is None:
             return
         if not link.guard_over(self.clock.time()):
             self._guard.set(link.guard_until)  # bytes came meanwhile: quiet from then on
             return
-        s.codec.reset()
+        self.codec.reset()
         quiet, self.quiet_call = self.quiet_call, None
         if quiet is not None:  # its quiet time is over: nothing answered it, as foreseen
-            s.finish(quiet, None, "sent (no reply expected)", 0, b"", "")
+            self._finish(quiet, None, "sent (no reply expected)", 0, b"", "")
         held, self._held = self._held, None
         if link.resyncing:
-            if s.attached is not None and not s.window:
+            if self._attached() and not self.window:
                 self.resync_ping()
             return
         late = link.take_late()
         if late:
             log.info("late_lines_dropped", count=late, resync=False)
-        if held is not None and s.attached is not None:
-            s.resend(held)
+        if held is not None and self._attached():
+            self._resend(held)
         else:
-            s.pump()
+            self._pump()
         self.arm_heartbeat()
 
     # --- a call the device does not answer ------------------------------------------------
     def quiet(self, call: Call) -> None:
         """`call` (no reply awaited) was written: it ends once the line has been quiet
         for `device.guard`; meanwhile nothing else goes out."""
-        link = self.s.link
+        link = self.link
         link.quiet(self.clock.time())
         self.quiet_call = call
         self._guard.set(link.guard_until or 0.0)
@@ -253,39 +253,36 @@ class Timekeeper:
     # --- out of step: pings until every one is answered ------------------------------------
     def resync_ping(self) -> None:
         """The next ping of a resync, straight onto the link."""
-        s = self.s
         self._stall.cancel()
-        s.link.resync_ping()
+        self.link.resync_ping()
         self._pinging = True
-        s.send([self.ping(self._resync_pinged)])
+        self._send([self.ping(self._resync_pinged)])
 
     def _resync_pinged(self, result: CallResult) -> None:
         self._pinging = False
-        if result.error is None and self.s.link.resyncing:
+        if result.error is None and self.link.resyncing:
             # answered, but earlier pings' answers are still owed: they come, or a miss
-            self._stall.set(self.clock.time() + self.s.cfg.heartbeat.timeout)
+            self._stall.set(self.clock.time() + self.cfg.heartbeat.timeout)
 
     def resync_over(self, wait_quiet: bool) -> None:
         """Every ping of the resync has its answer: calls go out again (after a quiet
         `device.guard` when `wait_quiet`: no `expect` said which line was the ping's)."""
-        s = self.s
         self._stall.cancel()
-        late = s.link.take_late()
+        late = self.link.take_late()
         if late:
             log.info("late_lines_dropped", count=late, resync=True)
         if wait_quiet:
-            s.link.quiet(self.clock.time())
-            self._guard.set(s.link.guard_until or 0.0)
+            self.link.quiet(self.clock.time())
+            self._guard.set(self.link.guard_until or 0.0)
         else:
-            s.pump()
+            self._pump()
             self.arm_heartbeat()
 
     def _resync_stalled(self) -> None:
-        s = self.s
-        if not s.link.resyncing or s.window or s.attached is None:
+        if not self.link.resyncing or self.window or not self._attached():
             return
-        if s.link.resync_stalled():
-            s.lose(s.link.dead_reason())
+        if self.link.resync_stalled():
+            self._lose(self.link.dead_reason())
         else:
             self.resync_ping()
 
@@ -295,76 +292,80 @@ class Timekeeper:
         call.timer = self.clock.call_at(self.clock.time() + call.timeout, self._waited, call)
 
     def _waited(self, call: Call) -> None:
-        s = self.s
         if not call.queued:
             return
-        s.queue.remove(call)
-        if s.link.inhibited_by is not None:
-            s.finish(call, ErrorCode.BUSY, f"{s.link.inhibited_by} for {call.timeout:g} s")
-        elif s.link.state is LinkState.UP and s.queue.exclusive is not None:
-            s.finish(call, ErrorCode.BUSY, f"the device stayed leased for {call.timeout:g} s")
+        self.queue.remove(call)
+        if self.link.inhibited_by is not None:
+            self._finish(call, ErrorCode.BUSY, f"{self.link.inhibited_by} for {call.timeout:g} s")
+        elif self.link.state is LinkState.UP and self.queue.exclusive is not None:
+            self._finish(call, ErrorCode.BUSY, f"the device stayed leased for {call.timeout:g} s")
         else:
-            state = s.link.state.value
-            s.finish(call, ErrorCode.LINK_DOWN, f"link still {state} after {call.timeout:g} s")
+            state = self.link.state.value
+            self._finish(call, ErrorCode.LINK_DOWN, f"link still {state} after {call.timeout:g} s")
 
     def fail_queued(self, code: ErrorCode, message: str, *, everyone: bool) -> None:
         """Fail queued calls (all of them, or those that did not ask to wait)."""
-        queue = self.s.queue
+        queue = self.queue
         for call in queue:
             if everyone or not call.wait:
                 queue.remove(call)
                 if call.timer is not None:
                     call.timer.cancel()
-                self.s.finish(call, code, message)
+                self._finish(call, code, message)
             elif call.timer is None:
                 self.wait(call)
 
     # --- the heartbeat ---------------------------------------------------------------------
     def arm_heartbeat(self) -> None:
-        due = self.s.link.ping_due_at()
+        due = self.link.ping_due_at()
         if due is not None:
             self._beat.set(due)
 
     def _heartbeat(self) -> None:
-        s = self.s
-        due = s.link.ping_due_at()
+        due = self.link.ping_due_at()
         if (
             due is None
-            or s.attached is None
-            or s.ping_payload is None
-            or s.link.inhibited_by
+            or not self._attached()
+            or self.ping_payload is None
+            or self.link.inhibited_by
             or self._pinging
-            or s.link.resyncing
+            or self.link.resyncing
         ):
             return  # (a ping on its way re-arms the heartbeat when it ends)
         now = self.clock.time()
         if now < due - 0.001:
             self._beat.set(due)
-        elif s.line.turns and (s.window or s.queue.ready() or s.link.guard_until):
+        elif self.line.turns and (self.window or self.queue.ready() or self.link.guard_until):
             # Units taking turns: no reply for a heartbeat interval, yet calls go out
             # (to silent units?): only a ping can tell a dead port. It takes its unit's
             # turn like a call (so a silent heartbeat unit cannot hold the others'
             # calls back: their replies prove the port, and reset the misses); its end
             # re-arms the heartbeat.
             ping = self.ping(self._pinged)
-            s.line.ping_turn(ping)
+            self.line.ping_turn(ping)
             self._pinging = True
-            s.queue.push(ping)
-            s.pump()
-        elif s.window or s.queue.ready() or s.link.guard_until is not None:
+            self.queue.push(ping)
+            self._pump()
+        elif self.window or self.queue.ready() or self.link.guard_until is not None:
             # Not idle: the calls on the link prove (or disprove) liveness themselves.
-            self._beat.set(now + s.link.interval)
+            self._beat.set(now + self.link.interval)
         else:
             self._pinging = True
-            s.send([self.ping(self._pinged)])
+            self._send([self.ping(self._pinged)])
+
+    def ping_answered(self) -> None:
+        """A ping got its answer: an idle link needs no wake-up for a deadline long
+        met, and the heartbeat counts from now."""
+        if not self.window:
+            self.sweep.cancel()
+        self.arm_heartbeat()
 
     def _pinged(self, _: CallResult) -> None:
         self._pinging = False
 
     def ping(self, done: Callable[[CallResult], None]) -> Call:
         """A heartbeat (or handshake) ping ending in `done`."""
-        s = self.s
-        timeout = s.cfg.heartbeat.timeout
-        ping = Call(None, s.ping_payload or b"", done, timeout=timeout, retry=0, is_ping=True)
-        ping.t_submit = s.precise()
+        timeout = self.cfg.heartbeat.timeout
+        ping = Call(None, self.ping_payload or b"", done, timeout=timeout, retry=0, is_ping=True)
+        ping.t_submit = self.precise()
         return ping
