@@ -9,7 +9,7 @@ verld builds and serves (fc 1-6, 15, 16). Three users, three kinds of function:
 
 - the host side builds requests (`read_request`, `write_coil`, `write_register`,
   `write_coils`, `write_registers`: ValueError for an argument out of range) and
-  reads responses (`exception_code`, `counted`, `fields`, `unpack_bits`,
+  reads responses (`exception_code`, `counted`, `fields`, `bit`, `unpack_bits`,
   `unpack_registers`); `response_shape` says what a normal response must hold;
 - the device side parses a request (`parse_request` → `ReadRequest`, `WriteSingle`,
   `WriteMultiple`, or `DeviceException` with the code a device answers with) and
@@ -155,6 +155,11 @@ def pack_bits(values: Iterable[object]) -> bytes:
         if value:
             packed[i >> 3] |= 1 << (i & 7)
     return bytes(packed)
+
+
+def bit(packed: bytes, index: int) -> bool:
+    """Bit `index` of `packed` (LSB of the first byte first)."""
+    return bool(packed[index >> 3] >> (index & 7) & 1)
 
 
 def unpack_bits(packed: bytes, count: int) -> list[bool]:
