@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from verld.codec.modbus import pdu
 from verld.codec.modbus.pdu import (
     CountMismatch,
+    CutObject,
     DeviceException,
+    ExtraBytes,
     FunctionCode,
     OddLength,
     PduError,
@@ -337,3 +339,54 @@ class TestHostReading:
                 read()
             except PduError:
                 pass
+
+
+def _identification(more: bool, objects: list[tuple[int, bytes]]) -> bytes:
+    """fc 43 / MEI 0x0E's response data (after the MEI type): code 1, conformity 0x81."""
+    head = bytes((1, 0x81, 0xFF if more else 0, 3 if more else 0, len(objects)))
+    return head + b"".join(bytes((oid, len(value))) + value for oid, value in objects)
+
+
+class TestDescribedOnly:
+    def test_a_diagnostics_pdu_is_its_sub_function_and_data(self) -> None:
+        """fc 8: a 16-bit sub-function, then its data."""
+        assert pdu.sub_function(h("0000a537")) == (0, h("a537"))
+        with pytest.raises(WrongLength) as caught:
+            pdu.sub_function(h("00"))
+        assert (caught.value.have, caught.value.need, caught.value.at_least) == (1, 2, True)
+
+    def test_a_device_identification_request_is_code_and_object(self) -> None:
+        """fc 43 / MEI 0x0E asks with a read code and an object id: two bytes."""
+        assert pdu.device_identification_request(h("0100")) == (1, 0)
+        with pytest.raises(WrongLength):
+            pdu.device_identification_request(h("010000"))
+
+    def test_the_standards_device_identification_reads(self) -> None:
+        """The standard's example: three objects, nothing more to ask for."""
+        data = h("0101000003") + b"\x00\x07Company" + b"\x01\x07Product" + b"\x02\x04V2.1"
+        found = pdu.device_identification(data)
+        assert (found.code, found.conformity, found.more, found.next_object) == (1, 1, False, 0)
+        assert found.objects == ((0, b"Company"), (1, b"Product"), (2, b"V2.1"))
+
+    @given(
+        st.booleans(),
+        st.lists(st.tuples(st.integers(0, 255), st.binary(max_size=20)), max_size=8),
+    )
+    def test_a_device_identification_reads_back(
+        self, more: bool, objects: list[tuple[int, bytes]]
+    ) -> None:
+        """The objects a device identification carries read back, in order."""
+        found = pdu.device_identification(_identification(more, objects))
+        assert found.objects == tuple(objects) and found.more == more
+
+    def test_a_device_identification_cut_or_overlong_is_refused(self) -> None:
+        """Data ending inside an object is CutObject; bytes after the last, ExtraBytes."""
+        whole = _identification(False, [(0, b"abc")])
+        with pytest.raises(CutObject) as cut:
+            pdu.device_identification(whole[:-1])
+        assert cut.value.announced == 1
+        with pytest.raises(ExtraBytes) as extra:
+            pdu.device_identification(whole + b"\x00\x00")
+        assert extra.value.extra == 2
+        with pytest.raises(WrongLength):
+            pdu.device_identification(whole[:4])

@@ -14,7 +14,6 @@ in verlctl's words.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
 from verld.codec.modbus import pdu
@@ -28,7 +27,6 @@ MAX_BITS = 16  #: bits shown of a coil or input read / coil write
 MAX_REGISTERS = 10  #: register values shown of a response
 MAX_WRITTEN = 8  #: register values shown of a write request
 MAX_DATA = 16  #: bytes shown as hex of a function this module does not decode
-MEI_DEVICE_ID = 0x0E  #: encapsulated interface type "read device identification"
 MAX_OBJECT_TEXT = 32  #: characters shown of a device identification object
 
 
@@ -95,6 +93,10 @@ def _said(exc: pdu.PduError) -> str:
         return f"byte count {exc.count}, {_plural(exc.have, 'byte')} after it"
     if isinstance(exc, pdu.OddLength):
         return f"odd byte count {exc.have} for 16-bit registers"
+    if isinstance(exc, pdu.CutObject):
+        return f"{exc.announced} objects announced, the data ends inside one"
+    if isinstance(exc, pdu.ExtraBytes):
+        return f"{_plural(exc.extra, 'byte')} after the last object"
     return str(exc)
 
 
@@ -167,8 +169,8 @@ def _write_registers_request(body: bytes) -> str:
 
 
 def _read_write_request(body: bytes) -> str:
-    data = pdu.counted(body, 8)
-    raddr, rcount, waddr, wcount = struct.unpack(">HHHH", body[:8])
+    data = pdu.counted(body, pdu.READ_WRITE_FIELDS.size)
+    raddr, rcount, waddr, wcount = pdu.READ_WRITE_FIELDS.unpack_from(body)
     if len(data) != 2 * wcount:
         raise _Malformed(
             f"{_plural(len(data), 'byte')} of register values for write count {wcount}"
@@ -179,23 +181,23 @@ def _read_write_request(body: bytes) -> str:
 
 def _diagnostics(body: bytes) -> str:
     """Request and response alike: the sub-function and its data (a response echoes it)."""
-    if len(body) < 2:
+    try:
+        sub, data = pdu.sub_function(body)
+    except pdu.WrongLength as exc:
         raise _Malformed(
-            f"{_plural(len(body), 'data byte')}, at least 2 (the sub-function) expected"
-        )
-    (sub,) = struct.unpack(">H", body[:2])
-    return f"sub-function {sub} {_hex(body[2:])}".rstrip()
+            f"{_plural(exc.have, 'data byte')}, at least 2 (the sub-function) expected"
+        ) from None
+    return f"sub-function {sub} {_hex(data)}".rstrip()
 
 
 def _mei_request(body: bytes) -> str:
     if not body:
         raise _Malformed("no MEI type")
     mei, rest = body[0], body[1:]
-    if mei != MEI_DEVICE_ID:
+    if mei != pdu.MEI_DEVICE_ID:
         return f"MEI type {mei:02x} {_hex(rest)}".rstrip()
-    if len(rest) != 2:
-        raise _Malformed(f"{_plural(len(rest), 'data byte')}, 2 expected")
-    return f"read device identification (MEI 0e) code {rest[0]} object {rest[1]}"
+    code, object_id = pdu.device_identification_request(rest)
+    return f"read device identification (MEI 0e) code {code} object {object_id}"
 
 
 def _other(body: bytes) -> str:
@@ -222,30 +224,25 @@ def _mei_response(body: bytes) -> str:
     if not body:
         raise _Malformed("no MEI type")
     mei, rest = body[0], body[1:]
-    if mei != MEI_DEVICE_ID:
+    if mei != pdu.MEI_DEVICE_ID:
         return f"MEI type {mei:02x} {_hex(rest)}".rstrip()
-    if len(rest) < 5:
+    try:
+        found = pdu.device_identification(rest)
+    except pdu.WrongLength as exc:
         raise _Malformed(
-            f"{_plural(len(rest), 'byte')} of device identification, 5 or more expected"
-        )
-    code, conformity, more, next_id, n = rest[:5]
-    objects, pos = [], 5
-    for _ in range(n):
-        if pos + 2 > len(rest) or pos + 2 + rest[pos + 1] > len(rest):
-            raise _Malformed(f"{n} objects announced, the data ends inside one")
-        oid, size = rest[pos], rest[pos + 1]
-        text = rest[pos + 2 : pos + 2 + size].decode("utf-8", "replace")
+            f"{_plural(exc.have, 'byte')} of device identification, 5 or more expected"
+        ) from None
+    objects = []
+    for oid, value in found.objects:
+        text = value.decode("utf-8", "replace")
         if len(text) > MAX_OBJECT_TEXT:
             text = text[:MAX_OBJECT_TEXT] + "..."
         objects.append(f'{oid}="{safe(text)}"')
-        pos += 2 + size
-    if pos != len(rest):
-        raise _Malformed(f"{_plural(len(rest) - pos, 'byte')} after the last object")
-    more_text = f" more from object {next_id}" if more else ""
+    more_text = f" more from object {found.next_object}" if found.more else ""
     shown = f": {' '.join(objects)}" if objects else ""
     return (
-        f"read device identification (MEI 0e) code {code} conformity {conformity:02x}"
-        f"{more_text} {_plural(n, 'object')}{shown}"
+        f"read device identification (MEI 0e) code {found.code} conformity "
+        f"{found.conformity:02x}{more_text} {_plural(len(objects), 'object')}{shown}"
     )
 
 

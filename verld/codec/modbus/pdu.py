@@ -15,10 +15,13 @@ verld builds and serves (fc 1-6, 15, 16). Three users, three kinds of function:
   `WriteMultiple`, or `DeviceException` with the code a device answers with) and
   builds the response (`read_bits_response`, `read_registers_response`,
   `write_response`, `exception_response`);
+- verlctl also reads three function codes verld does not build: fc 8's sub-function
+  (`sub_function`), fc 23's fields (`READ_WRITE_FIELDS`) and fc 43's device
+  identification (`device_identification_request`, `device_identification`);
 - a reader of a PDU that does not fit its function code gets a `PduError` subclass
-  carrying the numbers (`WrongLength`, `CountMismatch`, `OddLength`,
-  `ZeroExceptionCode`), not a sentence: the client, verld-mqtt and verlctl each say
-  it in their own words.
+  carrying the numbers (`WrongLength`, `CountMismatch`, `OddLength`, `CutObject`,
+  `ExtraBytes`, `ZeroExceptionCode`), not a sentence: the client, verld-mqtt and
+  verlctl each say it in their own words.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ MAX_WRITE_BITS = 1968  #: coils one fc 15 may write
 MAX_WRITE_REGISTERS = 123
 COIL_ON, COIL_OFF = 0xFF00, 0x0000  #: the two values of a fc 5 write
 FIELDS = struct.Struct(">HH")  #: address, then a count or a value (fc 1-6, 15, 16)
+#: fc 23's request: read address, read count, write address, write count
+READ_WRITE_FIELDS = struct.Struct(">HHHH")
+MEI_DEVICE_ID = 0x0E  #: fc 43's MEI type "read device identification"
 
 
 class FunctionCode(enum.IntEnum):
@@ -123,6 +129,22 @@ class OddLength(PduError):
     def __init__(self, have: int) -> None:
         super().__init__(f"odd byte count {have} for 16-bit registers")
         self.have = have
+
+
+class CutObject(PduError):
+    """A device identification that announces `announced` objects and ends inside one."""
+
+    def __init__(self, announced: int) -> None:
+        super().__init__(f"{announced} objects announced, the data ends inside one")
+        self.announced = announced
+
+
+class ExtraBytes(PduError):
+    """`extra` bytes after the last of a device identification's objects."""
+
+    def __init__(self, extra: int) -> None:
+        super().__init__(f"{extra} bytes after the last object")
+        self.extra = extra
 
 
 class ZeroExceptionCode(PduError):
@@ -281,6 +303,52 @@ def fields(data: bytes) -> tuple[int, int]:
         raise WrongLength(len(data), FIELDS.size)
     address, field = FIELDS.unpack(data)
     return address, field
+
+
+# --- function codes verld describes but does not build: 8, 23, 43 ---------------------
+def sub_function(data: bytes) -> tuple[int, bytes]:
+    """fc 8, request and response alike (a response echoes it): the sub-function and
+    its data."""
+    if len(data) < 2:
+        raise WrongLength(len(data), 2, at_least=True)
+    return data[0] << 8 | data[1], data[2:]
+
+
+def device_identification_request(data: bytes) -> tuple[int, int]:
+    """fc 43 / MEI 0x0E, the data after the MEI type: the read code and the object id."""
+    if len(data) != 2:
+        raise WrongLength(len(data), 2)
+    return data[0], data[1]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceIdentification:
+    """fc 43 / MEI 0x0E's response: the identification objects a device sent."""
+
+    code: int  #: the read device id code of the request
+    conformity: int  #: the conformity level
+    more: bool  #: more objects follow: ask again from `next_object`
+    next_object: int
+    objects: tuple[tuple[int, bytes], ...]  #: (object id, value)
+
+
+def device_identification(data: bytes) -> DeviceIdentification:
+    """fc 43 / MEI 0x0E's response, the data after the MEI type: five bytes (code,
+    conformity, more, next object, number of objects), then each object's id, length
+    and value."""
+    if len(data) < 5:
+        raise WrongLength(len(data), 5, at_least=True)
+    code, conformity, more, next_object, announced = data[:5]
+    objects, pos = [], 5
+    for _ in range(announced):
+        if pos + 2 > len(data) or pos + 2 + data[pos + 1] > len(data):
+            raise CutObject(announced)
+        size = data[pos + 1]
+        objects.append((data[pos], bytes(data[pos + 2 : pos + 2 + size])))
+        pos += 2 + size
+    if pos != len(data):
+        raise ExtraBytes(len(data) - pos)
+    return DeviceIdentification(code, conformity, bool(more), next_object, tuple(objects))
 
 
 # --- device side: requests -----------------------------------------------------------
