@@ -193,7 +193,7 @@ def unpack_registers(data: bytes) -> list[int]:
     """The 16-bit big-endian registers `data` holds; OddLength for an odd length."""
     if len(data) % 2:
         raise OddLength(len(data))
-    return [word for (word,) in struct.iter_unpack(">H", data)]
+    return list(struct.unpack(f">{len(data) // 2}H", data))
 
 
 # --- host side: requests -------------------------------------------------------------
@@ -380,10 +380,10 @@ class WriteMultiple:
 
 
 def parse_request(pdu: bytes) -> ReadRequest | WriteSingle | WriteMultiple:
-    """The request in `pdu`; DeviceException with the code a device answers it with:
-    01 for a function code other than 1-6, 15, 16; 03 for a quantity out of range, a
-    coil value other than on/off, or data of the wrong length (the data address is
-    the device's to check: 02)."""
+    """The request in `pdu` (at least its function code), or DeviceException with the
+    code a device answers it with: 01 for a function code other than 1-6, 15, 16; 03
+    for a quantity out of range, a coil value other than on/off, or data of the wrong
+    length. Whether the addresses exist is the device's to say (02)."""
     fc, data = pdu[0], pdu[1:]
     if fc in READ_BITS or fc in READ_REGISTERS:
         if len(data) != FIELDS.size:
