@@ -19,12 +19,12 @@ from verld.codec.modbus import (
     check_request,
     crc16,
     mbap_frame,
-    response_shape,
     rtu_frame,
     rtu_misframed,
     rtu_request_length,
     rtu_response_length,
 )
+from verld.codec.modbus.pdu import response_shape
 
 MAX = 4096
 VECTORS = Path(__file__).resolve().parent / "vectors" / "modbus-frames.json"
@@ -471,11 +471,11 @@ class TestResponseShape:
 
     def test_shapes_by_function_code(self) -> None:
         """Reads: the byte count; writes: the echo of address and value or quantity."""
-        assert response_shape(h("010300000003")) == (6, None)
-        assert response_shape(h("010200000009")) == (2, None)
-        assert response_shape(h("01050001ff00")) == (None, h("0001ff00"))
-        assert response_shape(h("010f0013000a02cd01")) == (None, h("0013000a"))
-        assert response_shape(h("012b0e0100")) == (None, None)
+        assert response_shape(h("0300000003")) == (6, None)
+        assert response_shape(h("0200000009")) == (2, None)
+        assert response_shape(h("050001ff00")) == (None, h("0001ff00"))
+        assert response_shape(h("0f0013000a02cd01")) == (None, h("0013000a"))
+        assert response_shape(h("2b0e0100")) == (None, None)
 
 
 class TestRtuFraming:

@@ -70,9 +70,9 @@ from verld.codec.modbus import (
     ModbusTcpPortFraming,
     check_request,
     mbap_frame,
-    response_shape,
     rtu_frame,
 )
+from verld.codec.modbus.pdu import response_shape
 from verld.codec.verl import VerlCodec, VerlPortFraming, encode_frame
 
 MAX = 32  #: max_payload: small, so overlong frames, lines and lengths are reachable
@@ -260,7 +260,7 @@ def _fill(filler: bytes, size: int) -> bytes:
 def _response(request: bytes, filler: bytes) -> bytes:
     """A normal response (unit + PDU) to `request` that its shape allows."""
     unit_fc, fc = request[:2], request[1]
-    count, echo = response_shape(request)
+    count, echo = response_shape(request[1:])
     size = (filler or b"\x00")[0] % 251
     if fc in COUNTED:
         count = size if count is None else count

@@ -8,39 +8,25 @@ its response. An exception response reads `... exception 02 illegal data address
 Bytes that are too few, too many or contradict their own byte count are described
 as `malformed: ...`; `describe` never raises. Addresses and values are decimal,
 bits are in address order (the first bit is the lowest address) in groups of 8.
+The fields are read by `verld.codec.modbus.pdu`; what it finds wrong is said here,
+in verlctl's words.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
-from verld.codec.modbus import EXCEPTION_NAMES
+from verld.codec.modbus import pdu
+from verld.codec.modbus.pdu import EXCEPTION_NAMES, FUNCTION_NAMES
 from verld.codec.registry import CODECS
 from verld.ctl.render import safe
 
-__all__ = ["FUNCTIONS", "describe", "is_modbus"]
-
-FUNCTIONS: dict[int, str] = {
-    0x01: "read coils",
-    0x02: "read discrete inputs",
-    0x03: "read holding registers",
-    0x04: "read input registers",
-    0x05: "write single coil",
-    0x06: "write single register",
-    0x08: "diagnostics",
-    0x0F: "write multiple coils",
-    0x10: "write multiple registers",
-    0x17: "read/write multiple registers",
-    0x2B: "encapsulated interface",
-}
-
+__all__ = ["describe", "is_modbus"]
 
 MAX_BITS = 16  #: bits shown of a coil or input read / coil write
 MAX_REGISTERS = 10  #: register values shown of a response
 MAX_WRITTEN = 8  #: register values shown of a write request
 MAX_DATA = 16  #: bytes shown as hex of a function this module does not decode
-MEI_DEVICE_ID = 0x0E  #: encapsulated interface type "read device identification"
 MAX_OBJECT_TEXT = 32  #: characters shown of a device identification object
 
 
@@ -65,7 +51,7 @@ def describe(data: bytes, *, request: bool, rtu: bool = True) -> str:
     if len(data) < 2:
         return f"{head} malformed: no function code"
     fc, body = data[1], bytes(data[2:])
-    if fc & 0x80:
+    if pdu.is_exception(fc):
         if request:
             return f"{head} malformed: function code {fc:02x} (an exception's) in a request"
         return f"{head} {_function(fc & 0x7F)} {_exception(body)}"
@@ -74,44 +60,44 @@ def describe(data: bytes, *, request: bool, rtu: bool = True) -> str:
         fields = decoders.get(fc, _other)(body)
     except _Malformed as exc:
         fields = f"malformed: {exc}"
+    except pdu.PduError as exc:
+        fields = f"malformed: {_said(exc)}"
     return f"{head} {_function(fc)} {fields}".rstrip()
 
 
 def _function(fc: int) -> str:
-    return f"{FUNCTIONS.get(fc, f'function {fc}')} ({fc:02x})"
+    return f"{FUNCTION_NAMES.get(fc, f'function {fc}')} ({fc:02x})"
 
 
 def _exception(body: bytes) -> str:
-    if not body:
-        return "malformed: exception response without an exception code"
-    if len(body) > 1:
-        extra = _plural(len(body) - 1, "byte")
+    try:
+        code = pdu.exception_code(body)
+    except pdu.WrongLength as exc:
+        if not exc.have:
+            return "malformed: exception response without an exception code"
+        extra = _plural(exc.have - 1, "byte")
         return f"malformed: exception response with {extra} after the exception code"
-    code = body[0]
-    if code == 0:
+    except pdu.ZeroExceptionCode:
         return "malformed: exception code 00"
     name = EXCEPTION_NAMES.get(code)
     return f"exception {code:02x} {name}" if name else f"exception {code:02x}"
 
 
 # --- pieces --------------------------------------------------------------------------
-def _exactly(body: bytes, n: int) -> None:
-    if len(body) != n:
-        raise _Malformed(f"{_plural(len(body), 'data byte')}, {n} expected")
-
-
-def _counted(body: bytes, header: int) -> bytes:
-    """The bytes after `header` bytes and a byte count, checked against that count."""
-    if len(body) < header + 1:
-        raise _Malformed(f"{_plural(len(body), 'data byte')}, at least {header + 1} expected")
-    count, rest = body[header], body[header + 1 :]
-    if count != len(rest):
-        raise _Malformed(f"byte count {count}, {_plural(len(rest), 'byte')} after it")
-    return rest
-
-
-def _words(data: bytes) -> list[int]:
-    return [w for (w,) in struct.iter_unpack(">H", data)]
+def _said(exc: pdu.PduError) -> str:
+    """What the PDU module found wrong, in verlctl's words."""
+    if isinstance(exc, pdu.WrongLength):
+        more = "at least " if exc.at_least else ""
+        return f"{_plural(exc.have, 'data byte')}, {more}{exc.need} expected"
+    if isinstance(exc, pdu.CountMismatch):
+        return f"byte count {exc.count}, {_plural(exc.have, 'byte')} after it"
+    if isinstance(exc, pdu.OddLength):
+        return f"odd byte count {exc.have} for 16-bit registers"
+    if isinstance(exc, pdu.CutObject):
+        return f"{exc.announced} objects announced, the data ends inside one"
+    if isinstance(exc, pdu.ExtraBytes):
+        return f"{_plural(exc.extra, 'byte')} after the last object"
+    return str(exc)
 
 
 def _plural(n: int, noun: str) -> str:
@@ -120,7 +106,7 @@ def _plural(n: int, noun: str) -> str:
 
 def _bits(packed: bytes, n: int) -> str:
     """The first `n` bits (LSB of the first byte first) as 0/1 in groups of 8, cut at MAX_BITS."""
-    bits = "".join(str(packed[i // 8] >> (i % 8) & 1) for i in range(min(n, MAX_BITS)))
+    bits = "".join("1" if bit else "0" for bit in pdu.unpack_bits(packed, min(n, MAX_BITS)))
     shown = " ".join(bits[i : i + 8] for i in range(0, len(bits), 8))
     return f"{shown} ..." if n > MAX_BITS else shown
 
@@ -132,9 +118,7 @@ def _values(values: list[int], limit: int) -> str:
 
 def _registers(data: bytes) -> str:
     """A response's register values: `N registers: v0 v1 ...`."""
-    if len(data) % 2:
-        raise _Malformed(f"odd byte count {len(data)} for 16-bit registers")
-    values = _words(data)
+    values = pdu.unpack_registers(data)
     shown = _values(values, MAX_REGISTERS)
     return _listed(_plural(len(values), "register"), shown)
 
@@ -153,69 +137,67 @@ def _hex(data: bytes) -> str:
 
 # --- requests ------------------------------------------------------------------------
 def _read_request(body: bytes) -> str:
-    _exactly(body, 4)
-    addr, count = struct.unpack(">HH", body)
+    addr, count = pdu.fields(body)
     return f"addr {addr} count {count}"
 
 
 def _write_coil(body: bytes) -> str:
-    _exactly(body, 4)
-    addr, value = struct.unpack(">HH", body)
-    state = {0xFF00: "on", 0x0000: "off"}.get(value)
+    addr, value = pdu.fields(body)
+    state = {pdu.COIL_ON: "on", pdu.COIL_OFF: "off"}.get(value)
     return f"addr {addr} {state}" if state else f"addr {addr} value {value:#06x} (not on/off)"
 
 
 def _write_register(body: bytes) -> str:
-    _exactly(body, 4)
-    addr, value = struct.unpack(">HH", body)
+    addr, value = pdu.fields(body)
     return f"addr {addr} value {value}"
 
 
 def _write_coils_request(body: bytes) -> str:
-    packed = _counted(body, 4)
-    addr, count = struct.unpack(">HH", body[:4])
-    if len(packed) != (count + 7) // 8:
+    packed = pdu.counted(body, pdu.FIELDS.size)
+    addr, count = pdu.FIELDS.unpack_from(body)
+    if len(packed) != pdu.bit_bytes(count):
         raise _Malformed(f"{_plural(len(packed), 'byte')} of coil values for count {count}")
     return _listed(f"addr {addr} count {count}", _bits(packed, count))
 
 
 def _write_registers_request(body: bytes) -> str:
-    data = _counted(body, 4)
-    addr, count = struct.unpack(">HH", body[:4])
+    data = pdu.counted(body, pdu.FIELDS.size)
+    addr, count = pdu.FIELDS.unpack_from(body)
     if len(data) != 2 * count:
         raise _Malformed(f"{_plural(len(data), 'byte')} of register values for count {count}")
-    return _listed(f"addr {addr} count {count}", _values(_words(data), MAX_WRITTEN))
+    return _listed(f"addr {addr} count {count}", _values(pdu.unpack_registers(data), MAX_WRITTEN))
 
 
 def _read_write_request(body: bytes) -> str:
-    data = _counted(body, 8)
-    raddr, rcount, waddr, wcount = struct.unpack(">HHHH", body[:8])
+    data = pdu.counted(body, pdu.READ_WRITE_FIELDS.size)
+    raddr, rcount, waddr, wcount = pdu.READ_WRITE_FIELDS.unpack_from(body)
     if len(data) != 2 * wcount:
         raise _Malformed(
             f"{_plural(len(data), 'byte')} of register values for write count {wcount}"
         )
     head = f"read addr {raddr} count {rcount} write addr {waddr} count {wcount}"
-    return _listed(head, _values(_words(data), MAX_WRITTEN))
+    return _listed(head, _values(pdu.unpack_registers(data), MAX_WRITTEN))
 
 
 def _diagnostics(body: bytes) -> str:
     """Request and response alike: the sub-function and its data (a response echoes it)."""
-    if len(body) < 2:
+    try:
+        sub, data = pdu.sub_function(body)
+    except pdu.WrongLength as exc:
         raise _Malformed(
-            f"{_plural(len(body), 'data byte')}, at least 2 (the sub-function) expected"
-        )
-    (sub,) = struct.unpack(">H", body[:2])
-    return f"sub-function {sub} {_hex(body[2:])}".rstrip()
+            f"{_plural(exc.have, 'data byte')}, at least 2 (the sub-function) expected"
+        ) from None
+    return f"sub-function {sub} {_hex(data)}".rstrip()
 
 
 def _mei_request(body: bytes) -> str:
     if not body:
         raise _Malformed("no MEI type")
     mei, rest = body[0], body[1:]
-    if mei != MEI_DEVICE_ID:
+    if mei != pdu.MEI_DEVICE_ID:
         return f"MEI type {mei:02x} {_hex(rest)}".rstrip()
-    _exactly(rest, 2)
-    return f"read device identification (MEI 0e) code {rest[0]} object {rest[1]}"
+    code, object_id = pdu.device_identification_request(rest)
+    return f"read device identification (MEI 0e) code {code} object {object_id}"
 
 
 def _other(body: bytes) -> str:
@@ -224,18 +206,17 @@ def _other(body: bytes) -> str:
 
 # --- responses -----------------------------------------------------------------------
 def _read_bits_response(body: bytes) -> str:
-    packed = _counted(body, 0)
+    packed = pdu.counted(body)
     n = 8 * len(packed)
     return _listed(_plural(n, "bit"), _bits(packed, n))
 
 
 def _read_registers_response(body: bytes) -> str:
-    return _registers(_counted(body, 0))
+    return _registers(pdu.counted(body))
 
 
 def _write_multiple_response(body: bytes) -> str:
-    _exactly(body, 4)
-    addr, count = struct.unpack(">HH", body)
+    addr, count = pdu.fields(body)
     return f"addr {addr} count {count}"
 
 
@@ -243,30 +224,25 @@ def _mei_response(body: bytes) -> str:
     if not body:
         raise _Malformed("no MEI type")
     mei, rest = body[0], body[1:]
-    if mei != MEI_DEVICE_ID:
+    if mei != pdu.MEI_DEVICE_ID:
         return f"MEI type {mei:02x} {_hex(rest)}".rstrip()
-    if len(rest) < 5:
+    try:
+        found = pdu.device_identification(rest)
+    except pdu.WrongLength as exc:
         raise _Malformed(
-            f"{_plural(len(rest), 'byte')} of device identification, 5 or more expected"
-        )
-    code, conformity, more, next_id, n = rest[:5]
-    objects, pos = [], 5
-    for _ in range(n):
-        if pos + 2 > len(rest) or pos + 2 + rest[pos + 1] > len(rest):
-            raise _Malformed(f"{n} objects announced, the data ends inside one")
-        oid, size = rest[pos], rest[pos + 1]
-        text = rest[pos + 2 : pos + 2 + size].decode("utf-8", "replace")
+            f"{_plural(exc.have, 'byte')} of device identification, 5 or more expected"
+        ) from None
+    objects = []
+    for oid, value in found.objects:
+        text = value.decode("utf-8", "replace")
         if len(text) > MAX_OBJECT_TEXT:
             text = text[:MAX_OBJECT_TEXT] + "..."
         objects.append(f'{oid}="{safe(text)}"')
-        pos += 2 + size
-    if pos != len(rest):
-        raise _Malformed(f"{_plural(len(rest) - pos, 'byte')} after the last object")
-    more_text = f" more from object {next_id}" if more else ""
+    more_text = f" more from object {found.next_object}" if found.more else ""
     shown = f": {' '.join(objects)}" if objects else ""
     return (
-        f"read device identification (MEI 0e) code {code} conformity {conformity:02x}"
-        f"{more_text} {_plural(n, 'object')}{shown}"
+        f"read device identification (MEI 0e) code {found.code} conformity "
+        f"{found.conformity:02x}{more_text} {_plural(len(objects), 'object')}{shown}"
     )
 
 

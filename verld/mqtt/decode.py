@@ -20,7 +20,7 @@ shift 0) and `round(value, round)` when `round` is set. A float32 is first broug
 the shortest decimal that is the same float32 (230.1, not 230.10000610351562). NaN
 and infinities are not values (JSON has no spelling for them). Which of the four a
 device's codec can answer is a trait of the codec (`fits`): the registry is asked,
-never a codec's name.
+never a codec's name. A Modbus reply's PDU is read by `verld.codec.modbus.pdu`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from verld.codec.modbus import pdu
 from verld.codec.registry import CODECS
 
 #: binary types: struct code and size in bytes
@@ -46,7 +47,6 @@ TEXT_TYPES = ("int", "float", "str")
 ORDERS = ("big", "little")
 #: where a value can be taken from, each with what answers it
 WHERE = ("register", "bit", "offset", "pattern")
-READ_REGISTERS, READ_BITS = (3, 4), (1, 2)
 
 Value = int | float | str
 
@@ -187,14 +187,18 @@ def _modbus(data: bytes, functions: tuple[int, ...], what: str) -> bytes:
             f"a reply to function code {fc}, not a read of {what} "
             f"(fc {' or '.join(map(str, functions))})"
         )
-    body = data[3 : 3 + data[2]]
-    if len(body) < data[2]:
-        raise DecodeError(f"the reply says {data[2]} bytes of {what} and has {len(body)}")
-    return body
+    try:
+        return pdu.counted(data[2:])
+    except pdu.CountMismatch as exc:
+        if exc.have < exc.count:
+            raise DecodeError(
+                f"the reply says {exc.count} bytes of {what} and has {exc.have}"
+            ) from None
+        return data[3 : 3 + exc.count]  # (bytes after the counted ones are not read)
 
 
 def _registers(data: bytes, first: int, size: int, reverse: bool) -> bytes:
-    body = _modbus(data, READ_REGISTERS, "registers")
+    body = _modbus(data, pdu.READ_REGISTERS, "registers")
     count = size // 2
     if len(body) < 2 * (first + count):
         last = f"..{first + count - 1}" if count > 1 else ""
@@ -208,10 +212,10 @@ def _registers(data: bytes, first: int, size: int, reverse: bool) -> bytes:
 
 
 def _bit(data: bytes, index: int) -> int:
-    body = _modbus(data, READ_BITS, "coils or inputs")
+    body = _modbus(data, pdu.READ_BITS, "coils or inputs")
     if index // 8 >= len(body):
         raise DecodeError(f"bit {index} is not in a reply of {len(body)} byte(s) of bits")
-    return (body[index // 8] >> (index % 8)) & 1
+    return int(pdu.bit(body, index))
 
 
 def _bytes(data: bytes, at: int, size: int) -> bytes:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from verld.codec.modbus import pdu
 from verld.config import leaves
 from verld.config.suggest import unknown_key
 from verld.config.validate import BadValue, Item, MarkedMap, expected, given
@@ -235,14 +236,14 @@ def _value_problems(at: str, got: dict[str, Any]) -> list[tuple[str, str]]:
 def modbus_read(spec: ValueSpec, data: bytes) -> str | None:
     """Why the poll `data` cannot give `spec`'s register or bit (None: it can)."""
     registers = spec.where == "register"
-    functions = (3, 4) if registers else (1, 2)
+    functions = pdu.READ_REGISTERS if registers else pdu.READ_BITS
     what = "registers (fc 3 or 4)" if registers else "coils or inputs (fc 1 or 2)"
     if len(data) != 6 or data[1] not in functions:
         return (
             f"value.{spec.where} needs a poll that reads {what}: unit, function code, "
             f"address, quantity (6 bytes, e.g. 010300000002); got {data.hex()}"
         )
-    quantity = int.from_bytes(data[4:6], "big")
+    _, quantity = pdu.fields(data[2:])
     if registers:
         assert spec.type is not None and spec.register is not None
         last = spec.register + BYTE_TYPES[spec.type][1] // 2 - 1

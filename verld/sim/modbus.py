@@ -2,7 +2,9 @@
 
 Strategy: `ModbusSlave` is the register map of every served unit and answers
 one request (unit + PDU) with one response (unit + PDU), or None: a unit it
-does not serve stays silent, like an offline slave on the bus. The two
+does not serve stays silent, like an offline slave on the bus. It owns the
+tables; the PDUs are parsed and built by the device side of
+`verld.codec.modbus.pdu`. The two
 personalities (`ModbusRtuPersonality`, `ModbusTcpPersonality`) only frame: they
 split the input into requests with the codecs' device side (`verld.codec.modbus`)
 and wrap each response again, so the `Device` applies the faults (hang, drop,
@@ -21,16 +23,12 @@ i = i, input register i = 1000 + i. Writes (fc 5, 6, 15, 16) change them.
 from __future__ import annotations
 
 import random
-import struct
 from collections.abc import Iterable
 
-from verld.codec.modbus import MbapSplitter, RtuRequestScanner, mbap_frame, rtu_frame
+from verld.codec.modbus import MbapSplitter, RtuRequestScanner, mbap_frame, pdu, rtu_frame
 from verld.sim.personality import Request, Response
 
 __all__ = [
-    "ILLEGAL_ADDRESS",
-    "ILLEGAL_FUNCTION",
-    "ILLEGAL_VALUE",
     "SIZE",
     "ModbusRtuPersonality",
     "ModbusSlave",
@@ -40,18 +38,6 @@ __all__ = [
 ]
 
 SIZE = 100  #: coils, discrete inputs, holding and input registers per unit
-ILLEGAL_FUNCTION, ILLEGAL_ADDRESS, ILLEGAL_VALUE = 0x01, 0x02, 0x03
-MAX_READ_BITS, MAX_READ_REGISTERS = 2000, 125
-MAX_WRITE_BITS, MAX_WRITE_REGISTERS = 1968, 123
-_ADDR_COUNT = struct.Struct(">HH")
-
-
-class ModbusError(Exception):
-    """A request answered with an exception response (`code` 1..3)."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
 
 
 class Unit:
@@ -78,34 +64,13 @@ def parse_units(text: str) -> tuple[int, ...]:
     return tuple(units)
 
 
-def _bits(values: bytes | bytearray) -> bytes:
-    """Pack 0/1 values LSB first, 8 to a byte (the coil / discrete input layout)."""
-    out = bytearray((len(values) + 7) // 8)
-    for i, value in enumerate(values):
-        if value:
-            out[i // 8] |= 1 << (i % 8)
-    return bytes(out)
-
-
 def _check_range(unit: Unit, address: int, count: int) -> None:
     if address + count > unit.size:
-        raise ModbusError(ILLEGAL_ADDRESS)
+        raise pdu.DeviceException(pdu.ILLEGAL_DATA_ADDRESS)
 
 
-def _addr_count(data: bytes, most: int, *, exact: bool = False) -> tuple[int, int]:
-    """Address and quantity of a read (`exact`: no more data) or multiple write.
-
-    Exception 03 for a bad quantity or a request of the wrong length.
-    """
-    if len(data) < 4 or (exact and len(data) != 4):
-        raise ModbusError(ILLEGAL_VALUE)
-    address, count = _ADDR_COUNT.unpack_from(data)
-    if not 1 <= count <= most:
-        raise ModbusError(ILLEGAL_VALUE)
-    return address, count
-
-
-_WRITES = frozenset({0x05, 0x06, 0x0F, 0x10})  #: the function codes a broadcast may carry
+#: the function codes a broadcast may carry
+_WRITES = frozenset(pdu.SINGLE_WRITES + pdu.MULTIPLE_WRITES)
 
 
 class ModbusSlave:
@@ -126,73 +91,51 @@ class ModbusSlave:
         """
         if len(request) < 2 or not 1 <= request[1] <= 0x7F:
             return None
-        unit_id, fc, data = request[0], request[1], request[2:]
+        unit_id, fc = request[0], request[1]
         if unit_id == 0 and self.broadcast:
             if fc in _WRITES:
                 for each in self.units.values():
                     try:
-                        self._run(each, fc, data)
-                    except ModbusError:
+                        _run(each, request[1:])
+                    except pdu.DeviceException:
                         pass  # (no answer to say so: a broadcast is never answered)
             return None
         unit = self.units.get(unit_id)
         if unit is None:
             return None
         try:
-            pdu = self._run(unit, fc, data)
-        except ModbusError as exc:
-            pdu = bytes((fc | 0x80, exc.code))
-        return bytes((unit_id,)) + pdu
-
-    def _run(self, unit: Unit, fc: int, data: bytes) -> bytes:
-        if fc in (0x01, 0x02):
-            address, count = _addr_count(data, MAX_READ_BITS, exact=True)
-            _check_range(unit, address, count)
-            table = unit.coils if fc == 0x01 else unit.discrete
-            packed = _bits(table[address : address + count])
-            return bytes((fc, len(packed))) + packed
-        if fc in (0x03, 0x04):
-            address, count = _addr_count(data, MAX_READ_REGISTERS, exact=True)
-            _check_range(unit, address, count)
-            regs = (unit.holding if fc == 0x03 else unit.input)[address : address + count]
-            return bytes((fc, 2 * count)) + struct.pack(f">{count}H", *regs)
-        if fc == 0x05:
-            address, value = _fixed_pair(data)
-            if value not in (0x0000, 0xFF00):
-                raise ModbusError(ILLEGAL_VALUE)
-            _check_range(unit, address, 1)
-            unit.coils[address] = value == 0xFF00
-            return bytes((fc,)) + data
-        if fc == 0x06:
-            address, value = _fixed_pair(data)
-            _check_range(unit, address, 1)
-            unit.holding[address] = value
-            return bytes((fc,)) + data
-        if fc == 0x0F:
-            address, count = _addr_count(data, MAX_WRITE_BITS)
-            nbytes = (count + 7) // 8
-            if len(data) < 5 or data[4] != nbytes or len(data) != 5 + nbytes:
-                raise ModbusError(ILLEGAL_VALUE)
-            _check_range(unit, address, count)
-            for i in range(count):
-                unit.coils[address + i] = (data[5 + i // 8] >> (i % 8)) & 1
-            return bytes((fc,)) + data[:4]
-        if fc == 0x10:
-            address, count = _addr_count(data, MAX_WRITE_REGISTERS)
-            if len(data) < 5 or data[4] != 2 * count or len(data) != 5 + 2 * count:
-                raise ModbusError(ILLEGAL_VALUE)
-            _check_range(unit, address, count)
-            unit.holding[address : address + count] = struct.unpack_from(f">{count}H", data, 5)
-            return bytes((fc,)) + data[:4]
-        raise ModbusError(ILLEGAL_FUNCTION)
+            response = _run(unit, request[1:])
+        except pdu.DeviceException as exc:
+            response = pdu.exception_response(fc, exc.code)
+        return bytes((unit_id,)) + response
 
 
-def _fixed_pair(data: bytes) -> tuple[int, int]:
-    """Address and value of a single write (fc 5, 6): exactly 4 bytes, else exception 03."""
-    if len(data) != 4:
-        raise ModbusError(ILLEGAL_VALUE)
-    address, value = _ADDR_COUNT.unpack(data)
-    return address, value
+def _run(unit: Unit, request: bytes) -> bytes:
+    """The response PDU to the request PDU `request` (DeviceException: an exception's)."""
+    parsed = pdu.parse_request(request)
+    fc = parsed.fc
+    if isinstance(parsed, pdu.ReadRequest):
+        address, count = parsed.address, parsed.count
+        _check_range(unit, address, count)
+        if fc in pdu.READ_BITS:
+            bits = unit.coils if fc == pdu.FunctionCode.READ_COILS else unit.discrete
+            return pdu.read_bits_response(fc, bits[address : address + count])
+        registers = unit.holding if fc == pdu.FunctionCode.READ_HOLDING_REGISTERS else unit.input
+        return pdu.read_registers_response(fc, registers[address : address + count])
+    if isinstance(parsed, pdu.WriteSingle):
+        _check_range(unit, parsed.address, 1)
+        if fc == pdu.FunctionCode.WRITE_SINGLE_COIL:
+            unit.coils[parsed.address] = parsed.value == pdu.COIL_ON
+        else:
+            unit.holding[parsed.address] = parsed.value
+        return pdu.write_response(parsed)
+    address, values = parsed.address, parsed.values
+    _check_range(unit, address, len(values))
+    if fc == pdu.FunctionCode.WRITE_MULTIPLE_COILS:
+        unit.coils[address : address + len(values)] = bytes(values)
+    else:
+        unit.holding[address : address + len(values)] = values
+    return pdu.write_response(parsed)
 
 
 def _flip(chunk: bytes, start: int, rng: random.Random) -> bytes:

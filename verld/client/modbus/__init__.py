@@ -10,6 +10,9 @@ errors (timeout, link_down, busy, bad_request, ...).
 
 Three layers, one module each:
 
+The PDU itself (function codes, field layouts, limits) is `verld.codec.modbus.pdu`'s;
+this package adds the unit, the call and the errors a client raises.
+
 - `Request` (`request`): sans-I/O builders, one static method per function code, each
   returning the call data (unit + PDU) as bytes, e.g.
   `Request.read_holding_registers(1, 0, 10) == bytes.fromhex("01030000000a")`.
@@ -48,7 +51,6 @@ ModbusReplyError. On `modbus-tcp` unit 0 is an ordinary unit.
 
 from __future__ import annotations
 
-from verld.client.modbus import request
 from verld.client.modbus.reply import (
     ModbusException,
     ModbusReplyError,
@@ -57,9 +59,10 @@ from verld.client.modbus.reply import (
     decode_bits,
     decode_registers,
 )
-from verld.client.modbus.request import FunctionCode, Request
+from verld.client.modbus.request import Request
 from verld.client.modbus.wrappers import AsyncCaller, AsyncModbus, Caller, Modbus
-from verld.codec.modbus import EXCEPTION_NAMES
+from verld.codec.modbus import pdu
+from verld.codec.modbus.pdu import EXCEPTION_NAMES, FunctionCode
 
 __all__ = [
     "EXCEPTION_NAMES",
@@ -77,6 +80,6 @@ __all__ = [
     "decode_registers",
 ]
 
-# The request limits stay importable from here, as before the split (not in __all__).
-MAX_READ_BITS, MAX_READ_REGISTERS = request.MAX_READ_BITS, request.MAX_READ_REGISTERS
-MAX_WRITE_BITS, MAX_WRITE_REGISTERS = request.MAX_WRITE_BITS, request.MAX_WRITE_REGISTERS
+# The PDU's request limits are importable from here too (not in __all__; docs/client.md).
+MAX_READ_BITS, MAX_READ_REGISTERS = pdu.MAX_READ_BITS, pdu.MAX_READ_REGISTERS
+MAX_WRITE_BITS, MAX_WRITE_REGISTERS = pdu.MAX_WRITE_BITS, pdu.MAX_WRITE_REGISTERS

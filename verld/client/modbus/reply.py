@@ -3,15 +3,14 @@
 A decoder takes the request and the reply data (unit + response PDU) and returns
 the values (writes: checks the echo, returns None). An exception response raises
 `ModbusException`; a reply that does not fit its request (unit, function code,
-byte count, length, echo) raises `ModbusReplyError` (a ValueError).
+byte count, length, echo) raises `ModbusReplyError` (a ValueError). The PDU is read
+by `verld.codec.modbus.pdu`; what it finds wrong is said here, in the client's words.
 """
 
 from __future__ import annotations
 
-import struct
-
-from verld.client.modbus.request import HEAD, FunctionCode
-from verld.codec.modbus import EXCEPTION_NAMES
+from verld.codec.modbus import pdu
+from verld.codec.modbus.pdu import EXCEPTION_NAMES, FunctionCode
 
 __all__ = [
     "ModbusException",
@@ -25,16 +24,10 @@ __all__ = [
 
 _BROADCAST = 0  #: the serial line's broadcast unit (writes only; nobody answers)
 
-_BITS = frozenset({FunctionCode.READ_COILS, FunctionCode.READ_DISCRETE_INPUTS})
-_REGISTERS = frozenset({FunctionCode.READ_HOLDING_REGISTERS, FunctionCode.READ_INPUT_REGISTERS})
-_WRITES = frozenset(
-    {
-        FunctionCode.WRITE_SINGLE_COIL,
-        FunctionCode.WRITE_SINGLE_REGISTER,
-        FunctionCode.WRITE_MULTIPLE_COILS,
-        FunctionCode.WRITE_MULTIPLE_REGISTERS,
-    }
-)
+_HEAD = 2 + pdu.FIELDS.size  #: unit, function code, address and count (or value)
+_BITS = frozenset(map(FunctionCode, pdu.READ_BITS))
+_REGISTERS = frozenset(map(FunctionCode, pdu.READ_REGISTERS))
+_WRITES = frozenset(map(FunctionCode, pdu.SINGLE_WRITES + pdu.MULTIPLE_WRITES))
 
 
 class ModbusException(Exception):
@@ -75,22 +68,26 @@ def _request(
 ) -> tuple[int, int, int, int]:
     """The request's unit, function code, address and count (or value); ValueError if
     it is not a request `caller` decodes."""
-    if len(request) < HEAD.size or request[1] not in allowed:
+    if len(request) < _HEAD or request[1] not in allowed:
         wanted = ", ".join(str(int(fc)) for fc in sorted(allowed))
         raise ValueError(
             f"{caller}: {request.hex(' ')!r} is not a request with function code {wanted}"
         )
-    unit, fc, address, field = HEAD.unpack_from(request)
-    return unit, fc, address, field
+    address, field = pdu.FIELDS.unpack_from(request, 2)
+    return request[0], request[1], address, field
 
 
 def _exception(unit: int, fc: int, reply: bytes) -> ModbusException:
     """The exception in `reply` (unit + fc | 0x80 + code, checked by the caller)."""
-    if len(reply) != 3:
-        raise ModbusReplyError(f"modbus: exception response of {len(reply)} bytes, expected 3")
-    if reply[2] == 0:
-        raise ModbusReplyError("modbus: exception response with exception code 0")
-    return ModbusException(reply[2], unit, fc)
+    try:
+        code = pdu.exception_code(reply[2:])
+    except pdu.WrongLength:
+        raise ModbusReplyError(
+            f"modbus: exception response of {len(reply)} bytes, expected 3"
+        ) from None
+    except pdu.ZeroExceptionCode:
+        raise ModbusReplyError("modbus: exception response with exception code 0") from None
+    return ModbusException(code, unit, fc)
 
 
 def check_head(unit: int, fc: int, reply: bytes) -> None:
@@ -103,7 +100,7 @@ def check_head(unit: int, fc: int, reply: bytes) -> None:
         )
     if reply[0] != unit:
         raise ModbusReplyError(f"modbus: reply from unit {reply[0]}, the request was to {unit}")
-    if reply[1] == fc | 0x80:
+    if reply[1] == fc | pdu.EXCEPTION_BIT:
         raise _exception(unit, fc, reply)
     if reply[1] != fc:
         raise ModbusReplyError(f"modbus: reply has function code {reply[1]}, the request had {fc}")
@@ -111,23 +108,31 @@ def check_head(unit: int, fc: int, reply: bytes) -> None:
 
 def _counted(reply: bytes, expected: int, what: str) -> bytes:
     """The data of a counted read response, its byte count and length checked."""
-    if len(reply) < 3:
-        raise ModbusReplyError(f"modbus: reply of {len(reply)} bytes has no byte count")
-    if reply[2] != expected:
-        raise ModbusReplyError(f"modbus: byte count {reply[2]} for {what}, expected {expected}")
-    if len(reply) != 3 + expected:
+    try:
+        data = pdu.counted(reply[2:])
+    except pdu.WrongLength:
+        raise ModbusReplyError(f"modbus: reply of {len(reply)} bytes has no byte count") from None
+    except pdu.CountMismatch as exc:
+        if exc.count != expected:
+            raise _byte_count(exc.count, expected, what) from None
         raise ModbusReplyError(
             f"modbus: reply of {len(reply)} bytes, its byte count {expected} makes {3 + expected}"
-        )
-    return reply[3:]
+        ) from None
+    if len(data) != expected:
+        raise _byte_count(len(data), expected, what)
+    return data
+
+
+def _byte_count(count: int, expected: int, what: str) -> ModbusReplyError:
+    return ModbusReplyError(f"modbus: byte count {count} for {what}, expected {expected}")
 
 
 def decode_bits(request: bytes, reply: bytes) -> list[bool]:
     """The coils or discrete inputs a fc 1 / fc 2 `reply` carries, `count` of them."""
     unit, fc, _, count = _request(request, _BITS, "decode_bits")
     check_head(unit, fc, reply)
-    data = _counted(reply, (count + 7) // 8, f"{count} bits")
-    return [bool(data[i >> 3] >> (i & 7) & 1) for i in range(count)]
+    data = _counted(reply, pdu.bit_bytes(count), f"{count} bits")
+    return pdu.unpack_bits(data, count)
 
 
 def decode_registers(request: bytes, reply: bytes) -> list[int]:
@@ -135,7 +140,7 @@ def decode_registers(request: bytes, reply: bytes) -> list[int]:
     unit, fc, _, count = _request(request, _REGISTERS, "decode_registers")
     check_head(unit, fc, reply)
     data = _counted(reply, 2 * count, f"{count} registers")
-    return list(struct.unpack(f">{count}H", data))
+    return pdu.unpack_registers(data)
 
 
 def check_write(request: bytes, reply: bytes) -> None:
@@ -146,19 +151,18 @@ def check_write(request: bytes, reply: bytes) -> None:
     if not reply and unit == _BROADCAST:
         return  # modbus-rtu broadcast: verld sends it and nobody answers
     check_head(unit, fc, reply)
-    if len(reply) != HEAD.size:
-        raise ModbusReplyError(f"modbus: write reply of {len(reply)} bytes, expected {HEAD.size}")
-    _, _, echo_address, echo_field = HEAD.unpack(reply)
+    try:
+        echo_address, echo_field = pdu.fields(reply[2:])
+    except pdu.WrongLength:
+        raise ModbusReplyError(
+            f"modbus: write reply of {len(reply)} bytes, expected {_HEAD}"
+        ) from None
     if echo_address != address:
         raise ModbusReplyError(
             f"modbus: reply echoes address {echo_address}, the request wrote at {address}"
         )
     if echo_field != field:
-        what = (
-            "value"
-            if fc in (FunctionCode.WRITE_SINGLE_COIL, FunctionCode.WRITE_SINGLE_REGISTER)
-            else "count"
-        )
+        what = "value" if fc in pdu.SINGLE_WRITES else "count"
         raise ModbusReplyError(
             f"modbus: reply echoes {what} 0x{echo_field:04x}, the request wrote 0x{field:04x}"
         )

@@ -8,26 +8,25 @@ reply whose status is the exception code and whose data is unit + fc|0x80 +
 code. A reply whose unit or function code is not the request's is dropped and
 counted in `bad_frames`; so is exception code 0. Modbus has no events.
 
-Modules: `wire` (CRC-16/MODBUS, frames, request and response lengths, checks),
+Modules: `pdu` (the PDU, function code + data: requests and responses, both sides),
+`wire` (CRC-16/MODBUS, frames, request and response lengths, checks),
 `rtu` (the `modbus-rtu` host side and spec), `rtu_device` (its device side), `tcp`
 (the `modbus-tcp` host side, the MBAP request splitter, its device side and spec).
 """
 
 from __future__ import annotations
 
+from verld.codec.modbus.pdu import EXCEPTION_NAMES, MAX_PDU
 from verld.codec.modbus.rtu import MODBUS_RTU, ModbusRtuCodec
 from verld.codec.modbus.rtu_device import ModbusRtuPortFraming, RtuRequestScanner
 from verld.codec.modbus.tcp import MODBUS_TCP, MbapSplitter, ModbusTcpCodec, ModbusTcpPortFraming
 from verld.codec.modbus.wire import (
-    EXCEPTION_NAMES,
-    MAX_PDU,
     MAX_RTU_FRAME,
     MAX_RTU_UNIT,
     MIN_RTU_FRAME,
     check_request,
     crc16,
     mbap_frame,
-    response_shape,
     rtu_frame,
     rtu_misframed,
     rtu_request_length,
@@ -51,7 +50,6 @@ __all__ = [
     "check_request",
     "crc16",
     "mbap_frame",
-    "response_shape",
     "rtu_frame",
     "rtu_misframed",
     "rtu_request_length",

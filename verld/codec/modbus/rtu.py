@@ -24,9 +24,9 @@ The device side (requests in, responses out) is in `verld.codec.modbus.rtu_devic
 from __future__ import annotations
 
 from verld.codec.base import Inbound, Kind
+from verld.codec.modbus.pdu import MAX_PDU, response_shape
 from verld.codec.modbus.rtu_device import ModbusRtuPortFraming
 from verld.codec.modbus.wire import (
-    MAX_PDU,
     MAX_RTU_FRAME,
     MIN_RTU_FRAME,
     check_ping,
@@ -34,7 +34,6 @@ from verld.codec.modbus.wire import (
     crc16,
     device_ping,
     known_response,
-    response_shape,
     rtu_frame,
     rtu_response_length,
 )
@@ -75,7 +74,7 @@ class ModbusRtuCodec:
             self._drop(len(self._buf))
         self._noise = False
         self._pending = (payload[0], payload[1])
-        self._count, self._echo = response_shape(payload)
+        self._count, self._echo = response_shape(payload[1:])
         return rtu_frame(payload)
 
     def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:

@@ -24,8 +24,8 @@ of step (see `verld.codec.base`, bounds).
 from __future__ import annotations
 
 from verld.codec.base import Bounded, Inbound, Kind, PortRequest
+from verld.codec.modbus.pdu import MAX_PDU
 from verld.codec.modbus.wire import (
-    MAX_PDU,
     MBAP,
     MBAP_HEAD,
     check_ping,

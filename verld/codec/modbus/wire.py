@@ -1,4 +1,5 @@
-"""Modbus wire pieces both sides and both codecs share: CRC, frames, lengths, checks.
+"""Modbus framing pieces both sides and both codecs share: CRC, frames, lengths, checks
+(the PDU inside a frame is `pdu`'s).
 
 CRC-16/MODBUS is computed from a 256-entry table built at import: one table
 lookup and three integer operations per byte, about 16 µs for a 256-byte frame
@@ -14,21 +15,9 @@ from __future__ import annotations
 
 import struct
 
+from verld.codec.modbus.pdu import MAX_PDU
 from verld.codec.spec import Problem, Settings
 
-MAX_PDU = 253  #: function code + data
-#: the standard exception codes' names (Modbus Application Protocol v1.1b3, section 7)
-EXCEPTION_NAMES = {
-    0x01: "illegal function",
-    0x02: "illegal data address",
-    0x03: "illegal data value",
-    0x04: "server device failure",
-    0x05: "acknowledge",
-    0x06: "server device busy",
-    0x08: "memory parity error",
-    0x0A: "gateway path unavailable",
-    0x0B: "gateway target device failed to respond",
-}
 MAX_RTU_UNIT = 247  #: 248..255 are reserved on a serial line
 MAX_RTU_FRAME = 1 + MAX_PDU + 2  #: unit + PDU + CRC: 256
 MIN_RTU_FRAME = 4  #: unit + fc + CRC
@@ -123,24 +112,6 @@ _REQUEST_FIXED = {
     0x16: 10,
     0x18: 6,
 }
-
-
-def response_shape(payload: bytes) -> tuple[int | None, bytes | None]:
-    """What the normal response to `payload` (unit + PDU) must hold: (its byte count,
-    for reads of bits or registers; the echo of address and value or quantity, for
-    writes). None where the function code does not fix it."""
-    fc, data = payload[1], payload[2:]
-    if len(data) < 4:
-        return None, None
-    if fc in (0x01, 0x02):
-        quantity = data[2] << 8 | data[3]
-        return ((quantity + 7) // 8, None) if quantity <= 2000 else (None, None)
-    if fc in (0x03, 0x04):
-        quantity = data[2] << 8 | data[3]
-        return (2 * quantity, None) if quantity <= 125 else (None, None)
-    if fc in (0x05, 0x06, 0x0F, 0x10):
-        return None, bytes(data[:4])
-    return None, None
 
 
 def rtu_response_length(buf: bytes | bytearray) -> int | None:
