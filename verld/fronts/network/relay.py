@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 
 from verld.codec.rfc2217 import SERVER, Cmd
 from verld.errors import OpenError
+from verld.fronts.network.peer import PeerIO
 from verld.links.port import RawPort, open_port
-
-if TYPE_CHECKING:
-    from verld.fronts.network.conn import NetConn
 
 log = structlog.get_logger("verld.network")
 
@@ -46,15 +45,17 @@ MODEM_POLL = 0.5
 
 
 class Relay:
-    """The passthrough of one connection (see the module docstring)."""
+    """The passthrough of one connection, over its wire `io`; `held` is told once the
+    port is open (see the module docstring)."""
 
-    def __init__(self, conn: NetConn) -> None:
-        self.conn = conn
-        self.entry = conn.entry
-        self.core = conn.entry.core
-        self.loop = conn.loop
-        label = self.entry.label
-        self.who = f"network {label} {conn.peer}"
+    def __init__(self, io: PeerIO, held: Callable[[], None]) -> None:
+        self.io = io
+        self.entry = io.entry
+        self.core = io.entry.core
+        self.loop = io.loop
+        self.peer = io.peer
+        self._held = held
+        self.who = f"network {self.entry.label} {io.peer}"
         self.shown: dict[str, Any] = {
             "pid": None,
             "uid": None,
@@ -75,7 +76,7 @@ class Relay:
         """Ask for the port (the answer comes in the relay's own task)."""
         reason = f"inhibited by {self.who}"
         held = self.core.hold(self.shown, reason, self._uninhibit)
-        log.info("network_passthrough_asked", name=self.entry.label, peer=self.conn.peer)
+        log.info("network_passthrough_asked", name=self.entry.label, peer=self.peer)
         self._task = self.loop.create_task(self._take(held), name=f"passthrough {self.who}")
 
     async def _take(self, held: Any) -> None:
@@ -89,65 +90,60 @@ class Relay:
             log.warning(
                 "network_passthrough_failed",
                 name=self.entry.label,
-                peer=self.conn.peer,
+                peer=self.peer,
                 port=path,
                 error=str(exc),
             )
-            self.conn.close(f"the port cannot be opened: {exc}")
+            self.io.close(f"the port cannot be opened: {exc}")
             return
         self.port = port
         port.flow = self._port_full
-        if port.comport_server:
+        if port.comport_server:  # the client's commands go on to the port's server
             port.on_command = self._server_said
-        if self.conn.comport is not None:
-            self.conn.comport.port = port.serial
-            self.conn.comport.log = log.bind(name=self.entry.label, peer=self.conn.peer)
+            self.io.forward = self._forward
+            self.io.modem = None  # (the server's own NOTIFY-MODEMSTATE is forwarded)
+        self.io.comport.port = port.serial
+        self.io.comport.log = log.bind(name=self.entry.label, peer=self.peer)
         self.ready = True
-        self.conn.held()
-        log.info("network_passthrough", name=self.entry.label, peer=self.conn.peer, port=path)
+        self._held()
+        log.info("network_passthrough", name=self.entry.label, peer=self.peer, port=path)
         self._poll = self.loop.call_later(0, self._look)
 
     def _uninhibit(self, why: str) -> None:
-        self.conn.close(why)
+        self.io.close(why)
 
     def _look(self) -> None:
-        self.conn.modem_lines()
+        self.io.modem_lines()
         self._poll = self.loop.call_later(MODEM_POLL, self._look)
 
     def modem_bits(self) -> int | None:
         return self.port.modem_bits() if self.port is not None else None
 
     # --- an rfc2217:// link: the server is the port ----------------------------------------
-    def forward(self, code: int, value: bytes) -> bool:
-        """A client's COM-PORT command: on an rfc2217:// link it goes on to the server
-        (whose answer comes back through `_server_said`); False: handle it here."""
-        if not self.forwards:
-            return False
-        assert self.port is not None
+    def _forward(self, code: int, value: bytes) -> bool:
+        """A client's COM-PORT command goes on to the server (whose answer comes back
+        through `_server_said`)."""
+        if self.port is None or self._failed:
+            return True  # (the connection is closing: nobody answers)
         self._asked[code] = self._asked.get(code, 0) + 1
         self.port.command(code, value)
         return True
-
-    @property
-    def forwards(self) -> bool:
-        """The server's own COM-PORT answers and modem state reach the client."""
-        return self.port is not None and self.port.comport_server
 
     def _server_said(self, code: int, value: bytes) -> None:
         """The server's answers go to the client only for commands it sent (a late answer
         to verld's own open, or to its DTR/RTS, is not the client's); notifications all."""
         asked = code - SERVER
         if code in _NOTIFICATIONS:
-            self.conn.forward_command(code, value)
+            self.io.forward_command(code, value)
         elif self._asked.get(asked, 0) > 0:
             self._asked[asked] -= 1
-            self.conn.forward_command(code, value)
+            self.io.forward_command(code, value)
 
     # --- bytes: the port's handler, and the connection's --------------------------------------
     def link_data(self, data: bytes) -> None:
         """The port sent `data`."""
         self.core.relayed("rx", data)
-        self.conn.send_data(data)
+        self.io.send(data)
 
     def link_lost(self, reason: str) -> None:
         """The port failed (an unplug): the connection goes, the link reconnects."""
@@ -156,10 +152,10 @@ class Relay:
         log.warning(
             "network_passthrough_port_failed",
             name=self.entry.label,
-            peer=self.conn.peer,
+            peer=self.peer,
             error=reason,
         )
-        self.conn.close(f"the port failed: {reason}")
+        self.io.close(f"the port failed: {reason}")
 
     def to_port(self, data: bytes) -> None:
         """What the connection sent, for the port."""
@@ -171,7 +167,7 @@ class Relay:
 
     def _port_full(self, full: bool) -> None:
         """The port drains slowly (`full`), or caught up: the connection waits, or reads."""
-        transport = self.conn.transport
+        transport = self.io.transport
         if transport is None:
             return
         if full:
@@ -218,6 +214,6 @@ class Relay:
             log.info(
                 "network_passthrough_ended",
                 name=self.entry.label,
-                peer=self.conn.peer,
+                peer=self.peer,
                 reason=reason,
             )
