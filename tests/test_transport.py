@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from verld.config import parse_config
-from verld.links.port import PortKind, open_port, port_kind
+from verld.links.port import PortKind, RawPort, open_port, port_kind
 from verld.links.serialport import SerialPort
 from verld.links.transport import BACKLOG, FdTransport
 
@@ -117,6 +117,17 @@ class TestReading:
         run_on_pty(body)
 
 
+class TestSerialPort:
+    def test_a_pty_opens_as_a_serial_raw_port_without_modem_lines(self) -> None:
+        """A tty path opens as a SerialPort: a RawPort with its pyserial port, no modem lines."""
+
+        async def body(transport: SerialPort, handler: Recorder, master: int) -> None:
+            assert isinstance(transport, RawPort) and transport.serial is not None
+            assert (transport.modem_bits(), transport.comport_server) == (None, False)
+
+        run_on_pty(body)
+
+
 class TestFlow:
     def test_paused_reading_holds_the_bytes_until_resumed(self) -> None:
         """While reading is paused nothing is delivered; resumed, the bytes arrive."""
@@ -175,7 +186,7 @@ class TestKind:
             cfg = parse_config(f"device: {{port: 'tcp://{host}:{number}'}}")
             port = await open_port(cfg.device, cfg.device.port, Recorder(), 1.0)
             try:
-                assert type(port) is FdTransport
+                assert type(port) is FdTransport and isinstance(port, RawPort)
                 assert (port.modem_bits(), port.serial, port.comport_server) == (None, None, False)
             finally:
                 port.close()
