@@ -13,7 +13,7 @@ import pytest
 from support import DaemonProc, SimProc, write_config
 
 from verld.links.link import LinkState, Transition
-from verld.links.transport import lock_holder
+from verld.links.serialport import lock_holder
 from verld.session.outage import REMIND, Outage, reason_kind
 
 pytestmark = pytest.mark.timeout(60)

@@ -39,7 +39,7 @@ from support import (
 
 from verld.client import Client, Unreachable
 from verld.config import DeviceConfig
-from verld.links.transport import close_serial, open_serial, tty_holder
+from verld.links.serialport import close_serial, open_serial, tty_holder
 
 NOBODY = 65534
 
@@ -73,7 +73,7 @@ _OPEN_SERIAL = """
 import sys
 from verld.config import DeviceConfig
 from verld.errors import OpenError
-from verld.links.transport import close_serial, open_serial
+from verld.links.serialport import close_serial, open_serial
 try:
     close_serial(open_serial(DeviceConfig(), sys.argv[1]))
 except OpenError as exc:

@@ -18,7 +18,7 @@ import serial
 
 from verld.config import DeviceConfig, Rs485Config, parse_config
 from verld.errors import ConfigError, OpenError
-from verld.links.transport import open_serial
+from verld.links.serialport import open_serial
 from verld.testing import DaemonProc, SimProc, wait_for, write_config
 
 

@@ -27,12 +27,11 @@ from typing import Any
 
 from verld.alarm import Clock
 from verld.codec.registry import CodecSpec, retry_of, spec_of
-from verld.config import Config, tcp_target
+from verld.config import Config
 from verld.fronts.leases import LeaseRefused, Leases, Shown
 from verld.fronts.protocol import CannotServe, Front, FrontCounts, Listener
 from verld.links.link import LinkState, Transition
-from verld.links.opener import open_device
-from verld.links.transport import modem_bits
+from verld.links.port import PortKind, RawPort, open_port, port_kind
 from verld.metrics import prometheus_text
 from verld.session.calls import Call, CallResult
 from verld.session.receiving import TrafficTap
@@ -71,7 +70,7 @@ class Core:
         port: str | None = None,
         *,
         clock: Clock,
-        opener: Opener = open_device,
+        opener: Opener = open_port,
         rng: random.Random | None = None,
         sockets: Mapping[str, socket.socket | None] | None = None,
     ) -> None:
@@ -269,8 +268,8 @@ class Core:
     def modem_bits(self) -> int | None:
         """The link's modem input lines as RFC 2217's MODEMSTATE bits (CD 0x80, RI
         0x40, DSR 0x20, CTS 0x10); None when it has none (a pty, TCP) or is not open."""
-        transport = self._session.attached
-        return None if transport is None else modem_bits(getattr(transport, "fd", -1))
+        port = self._session.attached
+        return port.modem_bits() if isinstance(port, RawPort) else None
 
     @property
     def window(self) -> int:
@@ -365,12 +364,13 @@ class Core:
         for front in self.fronts:
             st.update(front.status())
         dev = self.cfg.device
-        if self.port.startswith("rfc2217://"):  # the server's modem lines, as last told
+        kind = port_kind(self.port)
+        if kind is PortKind.RFC2217:  # the server's modem lines, as last told
             modem = getattr(self._session.attached, "modem", None)
             st["link"]["modem"] = dict(modem or self._modem_seen)
             if modem is not None:
                 self._modem_seen = dict(modem)
-        if tcp_target(self.port) is None:  # serial, rfc2217: show the line settings
+        if kind is not PortKind.TCP:  # serial, rfc2217: show the line settings
             st["link"]["settings"] = (
                 f"{dev.baudrate} {dev.bytesize}{dev.parity[0].upper()}{dev.stopbits:g}"
                 + (" rtscts" if dev.rtscts else "")

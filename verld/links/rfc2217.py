@@ -148,13 +148,49 @@ class Rfc2217Link:
     def write(self, data: bytes) -> None:
         self._inner.write(escape(data))
 
+    def close(self) -> None:
+        self._inner.close()
+
+    # --- the rest of a RawPort: the server has the port -----------------------------------
+    serial = None  #: (the line settings are the server's: a client's go on as commands)
+    comport_server = True
+
+    @property
+    def flow(self) -> Callable[[bool], None] | None:
+        return self._inner.flow
+
+    @flow.setter
+    def flow(self, flow: Callable[[bool], None] | None) -> None:
+        self._inner.flow = flow
+
+    @property
+    def on_command(self) -> Callable[[int, bytes], None] | None:
+        """Told every COM-PORT command the server sends, as it comes."""
+        return self.client.on_command
+
+    @on_command.setter
+    def on_command(self, on_command: Callable[[int, bytes], None] | None) -> None:
+        self.client.on_command = on_command
+
+    def pause_reading(self) -> None:
+        self._inner.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._inner.resume_reading()
+
     def command(self, code: int, value: bytes) -> None:
         """A COM-PORT command for the server, sent now (a passthrough client's)."""
         self.client.command(code, value)
         self._inner.write(self.client.take_output())
 
-    def close(self) -> None:
-        self._inner.close()
+    def purge(self, received: bool, sent: bool) -> None:
+        return None  # (a client's PURGE-DATA goes to the server as a command)
+
+    def modem_bits(self) -> int | None:
+        return None  # (the server's lines are in `modem`; a client is forwarded its own)
+
+    def restore(self, cfg: DeviceConfig) -> None:
+        return None  # (the link's next open negotiates the line again)
 
     # --- the FdTransport's handler --------------------------------------------------------
     def link_data(self, data: bytes) -> None:

@@ -1,47 +1,36 @@
 """The asyncio edge of the link: a file descriptor that moves bytes.
 
-The transport knows bytes, not frames. Serial ports are opened and configured by
-pyserial (exclusively: its flock and the tty's TIOCEXCL, cleared again before every
-close), TCP endpoints by the socket module; then both are just a
-non-blocking fd driven by `loop.add_reader`/`add_writer` with our own EAGAIN and
-partial-write handling. Not pyserial-asyncio: it blocks in close() (tcdrain) and
-calls connection_lost() while the port is still open; pyserial-asyncio-fast 0.16
-leaves its writer callback installed after a partial write and spins on EAGAIN.
-A read of b'', EIO, ENXIO, EBADF or a write error all mean "the device went
-away": the transport removes its callbacks at once (no busy loop on a hung-up fd)
-and reports `on_lost(reason)` exactly once.
+The transport knows bytes, not frames. A serial port is opened and configured by
+pyserial (`verld.links.serialport`), a TCP endpoint by the socket module (`open_tcp`);
+then both are just a non-blocking fd driven by `loop.add_reader`/`add_writer` with our
+own EAGAIN and partial-write handling. Not pyserial-asyncio: it blocks in close()
+(tcdrain) and calls connection_lost() while the port is still open;
+pyserial-asyncio-fast 0.16 leaves its writer callback installed after a partial write
+and spins on EAGAIN. A read of b'', EIO, ENXIO, EBADF or a write error all mean "the
+device went away": the transport removes its callbacks at once (no busy loop on a
+hung-up fd) and reports `on_lost(reason)` exactly once. Flow control, for a writer
+that can wait (a passthrough's connection): reading can be paused and resumed, and
+`flow` is told when the bytes waiting for the fd pass `BACKLOG` and when they are back
+under it; a full write, the session's usual case, costs nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
-import fcntl
 import os
 import socket
-import stat
-import struct
-import termios
 from collections.abc import Callable
 from typing import Protocol
 
 import serial
-import structlog
-from serial.rs485 import RS485Settings
 
-from verld.config import DeviceConfig, tcp_target
+from verld.config import DeviceConfig
 from verld.errors import OpenError
 
-log = structlog.get_logger("verld.links.link")
-
 _READ_SIZE = 65536
-_PARITY = {
-    "none": serial.PARITY_NONE,
-    "even": serial.PARITY_EVEN,
-    "odd": serial.PARITY_ODD,
-    "mark": serial.PARITY_MARK,
-    "space": serial.PARITY_SPACE,
-}
+#: bytes waiting for the fd beyond which `flow(True)` asks the writer to stop
+BACKLOG = 65536
 
 
 class LinkHandler(Protocol):
@@ -69,7 +58,10 @@ class LinkTransport(Protocol):
 
 
 class FdTransport:
-    """A connected, non-blocking fd; closes via the `closer` it was given."""
+    """A connected, non-blocking fd; closes via the `closer` it was given. As a
+    `RawPort` (a tcp:// port) it has no modem lines, buffers or settings of its own."""
+
+    comport_server = False
 
     def __init__(
         self,
@@ -89,6 +81,13 @@ class FdTransport:
         self.bytes_rx = 0
         #: optional tap: called with ("tx"|"rx", bytes) for the raw wire view
         self.tap: Callable[[str, bytes], None] | None = None
+        #: told True when more than BACKLOG bytes wait for the fd, False once back under it
+        self.flow: Callable[[bool], None] | None = None
+        self._full = False  #: `flow(True)` was told last
+        #: (a `RawPort`'s: a plain fd has no line settings, nor a server to tell it things)
+        self.serial: serial.Serial | None = None
+        self.on_command: Callable[[int, bytes], None] | None = None
+        self._reading = True
         os.set_blocking(fd, False)
         loop.add_reader(fd, self._on_readable)
 
@@ -98,7 +97,7 @@ class FdTransport:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._lose(_os_reason(exc))
+            self._lose(os_reason(exc))
             return
         if not data:
             self._lose("hangup")
@@ -120,17 +119,21 @@ class FdTransport:
             self.tap("tx", data)
         if self._pending:
             self._pending += data
-            return
-        try:
-            n = os.write(self._fd, data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except OSError as exc:
-            self._lose(_os_reason(exc))
-            return
-        if n < len(data):
+        else:
+            try:
+                n = os.write(self._fd, data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as exc:
+                self._lose(os_reason(exc))
+                return
+            if n == len(data):
+                return
             self._pending += memoryview(data)[n:]
             self._start_writing()
+        if len(self._pending) > BACKLOG and not self._full and self.flow is not None:
+            self._full = True
+            self.flow(True)
 
     def _start_writing(self) -> None:
         if not self._writing:
@@ -143,12 +146,39 @@ class FdTransport:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._lose(_os_reason(exc))
+            self._lose(os_reason(exc))
             return
         del self._pending[:n]
+        if self._full and len(self._pending) <= BACKLOG and self.flow is not None:
+            self._full = False
+            self.flow(False)
         if not self._pending:
             self._writing = False
             self._loop.remove_writer(self._fd)
+
+    def pause_reading(self) -> None:
+        """Stop reading the fd (the bytes wait in the kernel) until `resume_reading`."""
+        if self._reading and not self.closed:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def resume_reading(self) -> None:
+        if not self._reading and not self.closed:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    # --- what a plain fd (tcp://) lacks of a `RawPort`: `SerialPort` has it ----------------
+    def purge(self, received: bool, sent: bool) -> None:
+        return None
+
+    def modem_bits(self) -> int | None:
+        return None
+
+    def command(self, code: int, value: bytes) -> None:
+        return None
+
+    def restore(self, cfg: DeviceConfig) -> None:
+        return None
 
     @property
     def fd(self) -> int:
@@ -171,7 +201,8 @@ class FdTransport:
         if self.closed:
             return
         self.closed = True
-        self._loop.remove_reader(self._fd)
+        if self._reading:
+            self._loop.remove_reader(self._fd)
         if self._writing:
             self._loop.remove_writer(self._fd)
         self._pending.clear()
@@ -181,180 +212,9 @@ class FdTransport:
             pass
 
 
-def _os_reason(exc: OSError) -> str:
+def os_reason(exc: OSError) -> str:
     name = errno.errorcode.get(exc.errno or 0, "")
     return f"{name}: {exc.strerror}" if name else str(exc)
-
-
-#: TIOCMGET bits → RFC 2217 MODEMSTATE bits (CD, RI, DSR, CTS)
-_MODEM = (
-    (termios.TIOCM_CD, 0x80),
-    (termios.TIOCM_RI, 0x40),
-    (termios.TIOCM_DSR, 0x20),
-    (termios.TIOCM_CTS, 0x10),
-)
-
-
-def modem_bits(fd: int) -> int | None:
-    """The modem input lines of tty `fd` as RFC 2217 MODEMSTATE bits; None where
-    there are none (a pty, a socket, a closed fd)."""
-    if fd < 0:
-        return None
-    try:
-        raw = fcntl.ioctl(fd, termios.TIOCMGET, struct.pack("I", 0))
-    except OSError:
-        return None
-    lines = struct.unpack("I", raw)[0]
-    return sum(bit for tiocm, bit in _MODEM if lines & tiocm)
-
-
-def lock_holder(path: str) -> str:
-    """Who holds the flock on `path`, as far as /proc tells: "pid 812 (verld)", else
-    "another process" (under ProtectProc=invisible other processes are hidden)."""
-    try:
-        st = os.stat(path)
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            table = f.read()
-    except OSError:
-        return "another process"
-    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in table.splitlines():
-        fields = line.split()  # "1: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF"
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == inode:
-            try:
-                with open(f"/proc/{int(fields[4])}/comm", encoding="utf-8") as f:
-                    return f"pid {int(fields[4])} ({f.read().strip()})"
-            except (OSError, ValueError):
-                break
-    return "another process"
-
-
-def tty_holder(path: str) -> str:
-    """Who has the tty `path` open, as far as /proc tells: "pid 812 (socat)" (several:
-    "pid 812 (socat), pid 90 (verld-sim)"), else "another process" (another user's
-    processes are hidden from a non-root one)."""
-    try:
-        rdev = os.stat(path).st_rdev
-    except OSError:
-        return "another process"
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fds = os.listdir(f"/proc/{entry}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                st = os.stat(f"/proc/{entry}/fd/{fd}")
-            except OSError:
-                continue
-            if stat.S_ISCHR(st.st_mode) and st.st_rdev == rdev:
-                try:
-                    with open(f"/proc/{entry}/comm", encoding="utf-8") as f:
-                        found.append((int(entry), f.read().strip()))
-                except OSError:
-                    pass
-                break
-    return ", ".join(f"pid {pid} ({comm})" for pid, comm in sorted(found)) or "another process"
-
-
-def _set_exclusive(fd: int, on: bool) -> None:
-    """Set (TIOCEXCL) or clear (TIOCNXCL) the tty's exclusive flag: while set, any other
-    open(2) of the tty by a process without CAP_SYS_ADMIN fails with EBUSY. A tty that
-    refuses it (hung up, unplugged, not a tty) is left as it is."""
-    try:
-        fcntl.ioctl(fd, termios.TIOCEXCL if on else termios.TIOCNXCL)
-    except OSError as exc:
-        log.debug("tty_exclusive_failed", on=on, error=_os_reason(exc))
-
-
-def close_serial(ser: serial.Serial) -> None:
-    """Close a port `open_serial` opened, its exclusive flag cleared first (TIOCNXCL): the
-    flag outlives this fd while anything else holds the tty (a pty's master, a simulator),
-    and would refuse the next non-root open (verld's own reconnect, inhibit's program)."""
-    if ser.is_open:
-        _set_exclusive(ser.fileno(), False)
-    ser.close()
-
-
-def open_serial(
-    cfg: DeviceConfig, port: str, make: Callable[..., serial.Serial] = serial.Serial
-) -> serial.Serial:
-    """The serial port `port` opened exclusively (pyserial's flock and the tty's TIOCEXCL)
-    with `cfg`'s line settings (and the kernel's RS-485 mode with `cfg.rs485`), input
-    flushed; `OpenError` says why not. Close it with `close_serial`. `make` builds the
-    pyserial object (a test's recorder)."""
-    try:
-        ser = make(
-            port=port,
-            baudrate=cfg.baudrate,
-            bytesize=cfg.bytesize,
-            parity=_PARITY[cfg.parity],
-            stopbits=cfg.stopbits,
-            rtscts=cfg.rtscts,
-            timeout=0,
-            write_timeout=0,
-            exclusive=True,
-        )
-    except (serial.SerialException, OSError, ValueError, termios.error) as exc:
-        # (termios.error: the tty refused the line settings, e.g. a parity it lacks)
-        text = str(exc)
-        code = getattr(exc, "errno", None)
-        if (
-            code == errno.EAGAIN
-            or "Resource temporarily unavailable" in text
-            or "[Errno 11]" in text
-        ):
-            text = f"{port} is locked by {lock_holder(port)} (opened exclusively)"
-        elif code == errno.EBUSY or "Device or resource busy" in text:
-            # TIOCEXCL: the flock's holder if there is one (another verld), else who has it open
-            holder = lock_holder(port)
-            if holder == "another process":
-                holder = tty_holder(port)
-            text = f"{port} is locked by {holder} (opened exclusively)"
-        raise OpenError(text) from None
-    _set_exclusive(ser.fileno(), True)
-    if cfg.rs485 is not None:
-        _rs485(ser, cfg, port)
-    # pyserial's open() already flushed input; flush again in case it raced.
-    try:
-        ser.reset_input_buffer()
-    except (serial.SerialException, OSError, termios.error) as exc:
-        close_serial(ser)
-        raise OpenError(f"{port}: {exc}") from None
-    return ser
-
-
-def _rs485(ser: serial.Serial, cfg: DeviceConfig, port: str) -> None:
-    """The kernel's RS-485 mode on `ser` (TIOCSRS485); `OpenError` when the driver
-    refuses it (a pty, an adapter without kernel RS-485 support), the port closed."""
-    rs = cfg.rs485
-    assert rs is not None
-    try:
-        ser.rs485_mode = RS485Settings(
-            rts_level_for_tx=rs.rts_level_for_tx,
-            rts_level_for_rx=rs.rts_level_for_rx,
-            delay_before_tx=rs.delay_before_tx,
-            delay_before_rx=rs.delay_before_rx,
-        )
-    except (serial.SerialException, OSError, ValueError) as exc:
-        close_serial(ser)
-        raise OpenError(f"RS-485 mode not supported by {port}: {exc}") from None
-
-
-async def open_link(
-    cfg: DeviceConfig, port: str, handler: LinkHandler, connect_timeout: float
-) -> FdTransport:
-    """Open the device (serial path or tcp://HOST:PORT) as an FdTransport."""
-    loop = asyncio.get_running_loop()
-    target = tcp_target(port)
-    if target is None:
-        ser = open_serial(cfg, port)
-        return FdTransport(loop, ser.fileno(), lambda: close_serial(ser), handler)
-    sock = await open_tcp(*target, connect_timeout)
-    return FdTransport(loop, sock.fileno(), sock.close, handler)
 
 
 async def open_tcp(host: str, port: int, wait: float) -> socket.socket:
@@ -383,5 +243,8 @@ async def _connect_tcp(host: str, port: int) -> socket.socket:
             sock.close()
             last = exc
             continue
+        except BaseException:  # (cancelled: a passthrough's connection went meanwhile)
+            sock.close()
+            raise
         return sock
     raise last

@@ -2,7 +2,7 @@
 
 Strategy: the supervisor owns the link's life and is the session's only asyncio
 task. It asks the link state machine when the next attempt is due
-(`Link.retry_in`), opens the transport with `open_device` (a parameter, so tests
+(`Link.retry_in`), opens the port with `open_port` (a parameter, so tests
 hand it a fake device), attaches it to the session and pings for the handshake;
 then it sleeps until the link is lost or someone asks for a reconnect. Every loss
 (hang-up, EIO, dead heartbeat, desync, a failed handshake, a reconnect asked for)
@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from verld.config import DeviceConfig
 from verld.errors import ErrorCode, OpenError
 from verld.links.link import LinkState, Transition
-from verld.links.opener import open_device
+from verld.links.port import open_port
 from verld.links.transport import LinkHandler, LinkTransport
 from verld.session.calls import CallResult
 from verld.session.outage import Outage, log_transition
@@ -49,7 +49,7 @@ def _heard(nbytes: int, bad_frames: int) -> str:
 class Supervisor:
     """Keeps one session's link open."""
 
-    def __init__(self, session: Session, on_link: LinkSink, opener: Opener = open_device) -> None:
+    def __init__(self, session: Session, on_link: LinkSink, opener: Opener = open_port) -> None:
         self.session = session
         self._on_link = on_link  #: a transition to tell (once per outage: `Outage`)
         self._open = opener

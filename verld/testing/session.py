@@ -23,7 +23,7 @@ from verld.config import Config, parse_config
 from verld.errors import OpenError
 from verld.fronts.base import Core
 from verld.links.link import Transition
-from verld.links.opener import open_device
+from verld.links.port import open_port
 from verld.links.transport import LinkHandler
 from verld.session.calls import Call, CallResult
 from verld.session.session import Session
@@ -117,9 +117,7 @@ class SessionRig:
         self.transitions: list[Transition] = []
         self.events: list[tuple[bytes, str | None, int]] = []
         if core:
-            self.core = Core(
-                self.cfg, port, clock=self.clock, opener=opener or open_device, rng=rng
-            )
+            self.core = Core(self.cfg, port, clock=self.clock, opener=opener or open_port, rng=rng)
             self.core.listeners.append(_Heard(self))
             # the rig runs the supervisor's steps itself: it drives the core's own parts
             self.session, self.supervisor = self.core._session, self.core._supervisor
@@ -132,7 +130,7 @@ class SessionRig:
                 on_event=lambda *event: self.events.append(event),
                 rng=rng,
             )
-            self.supervisor = Supervisor(self.session, self._told, opener or open_device)
+            self.supervisor = Supervisor(self.session, self._told, opener or open_port)
         self.lost = 0  #: losses the session reported (a dead heartbeat, a desync...)
         lose = self.supervisor.lose
 

@@ -6,7 +6,8 @@ a shared entry at `max_connections`, a TLS entry with 4 handshakes in progress f
 that address, a passthrough entry while the port is held (by a connection or an
 `inhibit`) — each is closed at once, counted in `refused` by why and logged with the
 address (`refusals.Refusals`: at most a line a second per why). An accepted socket
-gets keepalive, then becomes a `NetConn` through `loop.connect_accepted_socket`
+gets keepalive, then becomes a connection — a `SharedConn` or, on a passthrough
+entry, a `PassthroughConn` — through `loop.connect_accepted_socket`
 (with the TLS handshake, given 10 s, when the entry has `tls`; a failed or late
 handshake is refused, why `tls`). Until it is made (`admit`) it is `_pending`, and
 pending ones count toward `max_connections` like connections: a handshake in
@@ -33,10 +34,11 @@ import structlog
 
 from verld.config import Config, NetworkConfig
 from verld.fronts.network.access import allowed, host_of, keepalive, tls_context
-from verld.fronts.network.conn import NetConn
+from verld.fronts.network.conn import SharedConn
+from verld.fronts.network.passthrough import PassthroughConn
 from verld.fronts.network.refusals import Refusals
-from verld.fronts.network.relay import MODEM_POLL, Relay
-from verld.fronts.stream import Share
+from verld.fronts.network.relay import MODEM_POLL
+from verld.fronts.network.state import EntryState
 from verld.tlserrors import handshake_error
 
 if TYPE_CHECKING:
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("verld.network")
 
+#: one connection of an entry, by its mode
+Conn = SharedConn | PassthroughConn
 #: a connection's counts summed into the entry's (`failed`, a map, apart)
 _COUNTS = ("calls", "ok", "dropped", "ignored", "bad_frames")
 #: seconds a TLS handshake may take before the connection is closed (why `tls`)
@@ -60,21 +64,19 @@ class Entry:
     def __init__(self, core: Core, cfg: Config, conf: NetworkConfig) -> None:
         self.core = core
         self.loop = asyncio.get_running_loop()
-        self.cfg, self.conf = cfg, conf
-        self.label = conf.label
+        #: what its connections share of it (settings, counts)
+        self.state = EntryState(core, self.loop, cfg, conf)
         self.ssl: ssl.SSLContext | None = tls_context(conf)
-        self.share = Share(cfg.api.client_queue)
-        self.conns: set[NetConn] = set()
+        self.conns: set[Conn] = set()
         self.socks: list[socket.socket] = []
         self.passed = False  #: its socket came from systemd (not bound here, not closed here)
         self.address = conf.listen  #: where it listens, as bound
         self._accepting: set[asyncio.Task[None]] = set()  #: (kept until `wait_closed`)
         self._handshakes: set[asyncio.Task[None]] = set()  #: (each leaves the set as it ends)
-        self._pending: dict[NetConn, str | None] = {}  #: not yet made → host if in _sources
+        self._pending: dict[Conn, str | None] = {}  #: not yet made → host if in _sources
         self._sources: dict[str, int] = {}  #: handshakes in progress by host (TLS)
         self._refusals = Refusals(log, "network_refused")
         self.refused = self._refusals.counts
-        self.bytes_in = self.bytes_out = 0
         self._totals: dict[str, Any] = {
             "calls": 0,
             "ok": 0,
@@ -84,6 +86,18 @@ class Entry:
             "bad_frames": 0,
         }
         self._modem: asyncio.TimerHandle | None = None
+
+    @property
+    def cfg(self) -> Config:
+        return self.state.cfg
+
+    @property
+    def conf(self) -> NetworkConfig:
+        return self.state.conf
+
+    @property
+    def label(self) -> str:
+        return self.state.label
 
     # --- listening ----------------------------------------------------------------------------
     def serve(self, socks: list[socket.socket], *, passed: bool) -> None:
@@ -139,7 +153,11 @@ class Entry:
             self._refuse(sock, peer, why)
             return
         keepalive(sock)
-        conn = NetConn(self, peer)
+        conn: Conn = (
+            PassthroughConn(self.state, peer, self.admit, self.detach)
+            if self.conf.mode == "passthrough"
+            else SharedConn(self.state, peer, self.admit, self.detach)
+        )
         self._pending[conn] = host if self.ssl is not None else None
         if self.ssl is not None:
             self._sources[host] = self._sources.get(host, 0) + 1
@@ -159,7 +177,7 @@ class Entry:
             return "limit"
         return None
 
-    def _made(self, conn: NetConn) -> None:
+    def _made(self, conn: Conn) -> None:
         """`conn` is no longer pending (made, or its handshake failed)."""
         host = self._pending.pop(conn, None)
         if host is not None:
@@ -174,7 +192,7 @@ class Entry:
         if sock is not None:
             sock.close()
 
-    async def _connect(self, sock: socket.socket, conn: NetConn) -> None:
+    async def _connect(self, sock: socket.socket, conn: Conn) -> None:
         try:
             if self.ssl is None:
                 await self.loop.connect_accepted_socket(lambda: conn, sock)
@@ -193,7 +211,7 @@ class Entry:
             self._made(conn)
 
     # --- connections ----------------------------------------------------------------------------
-    def admit(self, conn: NetConn) -> bool:
+    def admit(self, conn: Conn) -> bool:
         """A connection is made (after its TLS handshake): take it, or close it when
         the entry filled up meanwhile (a reload lowered `max_connections`, the port
         was taken)."""
@@ -210,14 +228,10 @@ class Entry:
             "network_connected",
             name=self.label,
             peer=conn.peer,
-            **({"subject": conn.subject} if conn.subject else {}),
+            **({"subject": conn.io.subject} if conn.io.subject else {}),
         )
         self.core.clients_changed()
         return True
-
-    def relay(self, conn: NetConn) -> Relay:
-        """A passthrough connection's relay (it asks for the port at `start`)."""
-        return Relay(conn)
 
     def _look(self) -> None:
         """Shared RFC 2217 connections: the link's modem lines, while any is open."""
@@ -225,11 +239,11 @@ class Entry:
         if not self.conns or self.conf.protocol != "rfc2217":
             return
         for conn in self.conns:
-            if conn.relay is None:
-                conn.modem_lines()
+            if isinstance(conn, SharedConn):
+                conn.io.modem_lines()
         self._modem = self.loop.call_later(MODEM_POLL, self._look)
 
-    def detach(self, conn: NetConn, reason: str) -> None:
+    def detach(self, conn: Conn, reason: str) -> None:
         if conn not in self.conns:
             return
         self.conns.discard(conn)
@@ -255,17 +269,16 @@ class Entry:
         `mode` or `tls` changed); `allow` applies to open connections too; the TLS files
         are read again (`ServeError` when they cannot be: the old ones stay in use)."""
         old = self.conf
-        self.cfg, self.conf = cfg, conf
-        self.share.limit = cfg.api.client_queue
+        self.state.cfg, self.state.conf = cfg, conf
+        self.state.share.limit = cfg.api.client_queue
         for conn in list(self.conns):
             if not allowed(conf, conn.peer.rpartition(":")[0].strip("[]")):
                 conn.close("no longer in allow (reload)")
-            elif conn.stream is not None:
+            elif isinstance(conn, SharedConn) and conn.stream is not None:
                 conn.stream.configure(cfg, write=conf.write, events=conf.events)
-            if conn.comport is not None:
-                conn.comport.device = cfg.device
+            conn.io.comport.device = cfg.device
             if conf.idle != old.idle:
-                conn.rearm_idle()
+                conn.io.rearm_idle()
         self.ssl = tls_context(conf)  # (re-read: new files apply to new handshakes; unreadable:
         # ServeError, the old context stays)
 
@@ -314,7 +327,7 @@ class Entry:
                 counts[key] += fig[key]
             for code, n in fig["failed"].items():
                 failed[code] = failed.get(code, 0) + n
-            if conn.relay is not None:
+            if isinstance(conn, PassthroughConn):
                 holder = conn.peer
         conf = self.conf
         return {
@@ -331,6 +344,6 @@ class Entry:
             "bad_frames": counts["bad_frames"],
             "refused": dict(sorted(self.refused.items())),
             "holder": holder,
-            "bytes_in": self.bytes_in,
-            "bytes_out": self.bytes_out,
+            "bytes_in": self.state.bytes_in,
+            "bytes_out": self.state.bytes_out,
         }

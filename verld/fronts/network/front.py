@@ -2,7 +2,8 @@
 
 Strategy: the front is a `Front` the daemon drives and a `Listener` of the core (a
 device event goes to every shared connection of an entry with `events: true`);
-the per-connection work is `conn.NetConn`'s, the per-entry work `entry.Entry`'s.
+the per-connection work is `conn.SharedConn`'s and `passthrough.PassthroughConn`'s,
+the per-entry work `entry.Entry`'s.
 At `claim` each entry gets its socket: the one systemd passed named `net-NAME`
 (a passed `net-X` with no entry X, or one bound beyond loopback for an entry
 without `allow` or `tls.ca`, stops verld with exit 2), else its `listen` bound
@@ -27,7 +28,7 @@ from verld.config.network import exposed
 from verld.errors import ServeError
 from verld.fronts.listening import bind_listen
 from verld.fronts.network.access import host_of, private_network
-from verld.fronts.network.conn import KIND
+from verld.fronts.network.conn import KIND, SharedConn
 from verld.fronts.network.entry import Entry
 from verld.fronts.protocol import CannotServe
 from verld.links.link import Transition
@@ -131,12 +132,11 @@ class NetworkFront:
                 entry.reconfigure(cfg, conf)
             except ServeError as exc:
                 log.error("network_reconfigure_failed", name=conf.label, error=str(exc))
-            entry.label = conf.label
             if restart:
                 entry.close_conns("protocol, mode or tls changed (reload)")
             elif reframe:
                 for conn in entry.conns:
-                    if conn.stream is not None:
+                    if isinstance(conn, SharedConn) and conn.stream is not None:
                         conn.stream.reset_framing(cfg)
         if removed or new:
             self._reloads.run(self._apply(removed, new))
@@ -184,7 +184,8 @@ class NetworkFront:
     def device_event(self, data: bytes, text: str | None, generation: int) -> None:
         for entry in self.entries.values():
             for conn in entry.conns:
-                conn.event(data, text)
+                if isinstance(conn, SharedConn):
+                    conn.event(data, text)
 
     def link_event(self, transition: Transition) -> None:
         return None
