@@ -303,8 +303,7 @@ class TestAsyncConnection:
 
     @pytest.mark.timeout(20)
     def test_verld_closing_fails_waiting_and_later_requests(self, tmp_path: Path) -> None:
-        """verld closing: the waiting request and any later one fail Unreachable, wait_closed
-        and events() return."""
+        """When verld closes, waiting and later requests fail Unreachable; wait_closed returns."""
 
         async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await first_request(reader)
@@ -349,8 +348,7 @@ class TestAsyncConnection:
 
     @pytest.mark.timeout(20)
     def test_close_fails_waiting_requests_and_connect_opens_anew(self, tmp_path: Path) -> None:
-        """close() fails the requests a mute verld left waiting; connect() then opens a new
-        connection."""
+        """close() fails the requests left waiting; connect() then opens a new connection."""
 
         heard: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
