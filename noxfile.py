@@ -30,6 +30,7 @@ MQTT_TESTS = [
     "tests/test_mqtt_bridge.py",
     "tests/test_mqtt_fleet.py",
     "tests/test_mqtt_entities.py",
+    "tests/test_mqtt_paho.py",
 ]
 
 nox.options.default_venv_backend = "venv"

@@ -1,8 +1,9 @@
-"""The blocking client library against a real verld."""
+"""The client library (blocking and asyncio) against a real verld, and a scripted one."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import socket
 import threading
@@ -18,6 +19,7 @@ from verld.client import (
     Client,
     ClientError,
     Reply,
+    Unreachable,
     call_request,
     encode_message,
     reply_from,
@@ -216,3 +218,157 @@ class TestReplyFalseOnADevice:
             c.call(b"\x01x", reply=False)
         assert info.value.code == "bad_request"
         assert c.call(b"\x01x", reply=True).data == b"x"
+
+
+# --- the asyncio client's connection: events to a callback, raw replies, its end --------------
+class ScriptedVerld:
+    """A Unix socket in the test's own loop whose peer runs `script(reader, writer)`: a
+    verld that misbehaves on cue (closes, stays mute, sends garbage)."""
+
+    def __init__(self, path: Path, script: Any) -> None:
+        self.path, self.script = str(path), script
+        self.writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> ScriptedVerld:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.writers.append(writer)
+            await self.script(reader, writer)
+
+        self._server = await asyncio.start_unix_server(serve, self.path)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for writer in self.writers:
+            writer.close()
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+
+async def first_request(reader: asyncio.StreamReader) -> dict[str, Any]:
+    decoder = new_decoder()
+    while True:
+        chunk = await reader.read(65536)
+        assert chunk, "the client closed before its request"
+        if bodies := decoder.feed(chunk):
+            return parse_message(bodies[0])
+
+
+class TestAsyncConnection:
+    @pytest.mark.timeout(30)
+    def test_on_event_gets_each_event_as_it_is_read(self, daemon: DaemonProc) -> None:
+        """With on_event, each subscribed event is handed to it, in order, and not queued."""
+
+        async def run() -> tuple[list[dict[str, Any]], bool]:
+            got: list[dict[str, Any]] = []
+            three = asyncio.Event()
+
+            def on_event(event: dict[str, Any]) -> None:
+                got.append(event)
+                if len(got) == 3:
+                    three.set()
+
+            async with AsyncClient(daemon.socket, on_event=on_event) as c:
+                await c.subscribe(["events"])
+                await c.call(b"\x06\x00\x03")
+                await asyncio.wait_for(three.wait(), 10)
+                try:
+                    await asyncio.wait_for(anext(c.events()), 0.2)
+                except TimeoutError:
+                    queued = False
+                else:
+                    queued = True
+                return got, queued
+
+        got, queued = asyncio.run(run())
+        assert [e["data"] for e in got] == [
+            base64.b64encode(b"evt" + i.to_bytes(4, "big")).decode() for i in range(3)
+        ]
+        assert not queued
+
+    @pytest.mark.timeout(30)
+    def test_send_returns_an_error_reply_as_it_came(self, daemon: DaemonProc) -> None:
+        """send() gives verld's error reply as a dict, where request() raises ClientError."""
+
+        async def run() -> tuple[dict[str, Any], ClientError]:
+            async with AsyncClient(daemon.socket) as c:
+                reply = await c.send("no-such-op")
+                with pytest.raises(ClientError) as info:
+                    await c.request("no-such-op")
+                return reply, info.value
+
+        reply, raised = asyncio.run(run())
+        assert reply["ok"] is False and reply["error"]["code"] == raised.code
+
+    @pytest.mark.timeout(20)
+    def test_verld_closing_fails_waiting_and_later_requests(self, tmp_path: Path) -> None:
+        """When verld closes, waiting and later requests fail Unreachable; wait_closed returns."""
+
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await first_request(reader)
+            writer.close()
+
+        async def run() -> tuple[ClientError, ClientError, list[dict[str, Any]]]:
+            async with ScriptedVerld(tmp_path / "v.sock", hang_up) as verld:
+                c = await AsyncClient(verld.path).connect()
+                async with asyncio.timeout(10):
+                    waiting = c.send("status")
+                    await c.wait_closed()
+                    with pytest.raises(Unreachable) as during:
+                        await waiting
+                    with pytest.raises(Unreachable) as after:
+                        await c.status()
+                    events = [ev async for ev in c.events()]
+                await c.close()
+                return during.value, after.value, events
+
+        during, after, events = asyncio.run(run())
+        assert during.message == "verld closed the connection"
+        assert after.message == "the connection to verld is closed"
+        assert events == []
+
+    @pytest.mark.timeout(20)
+    def test_a_frame_that_is_not_a_message_ends_the_connection(self, tmp_path: Path) -> None:
+        """A reply that is not JSON fails the waiting request with Unreachable, saying so."""
+
+        async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await first_request(reader)
+            writer.write(b"\x00\x00\x00\x05nope!")
+
+        async def run() -> Unreachable:
+            async with ScriptedVerld(tmp_path / "v.sock", garbage) as verld:
+                async with AsyncClient(verld.path) as c, asyncio.timeout(10):
+                    with pytest.raises(Unreachable) as info:
+                        await c.status()
+                    await c.wait_closed()
+                return info.value
+
+        assert "not a message" in asyncio.run(run()).message
+
+    @pytest.mark.timeout(20)
+    def test_close_fails_waiting_requests_and_connect_opens_anew(self, tmp_path: Path) -> None:
+        """close() fails the requests left waiting; connect() then opens a new connection."""
+
+        heard: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            heard.put_nowait(await first_request(reader))
+
+        async def run() -> tuple[bool, int]:
+            async with ScriptedVerld(tmp_path / "v.sock", mute) as verld:
+                c = await AsyncClient(verld.path).connect()
+                async with asyncio.timeout(10):
+                    waiting = c.send("status")
+                    await heard.get()
+                    await c.close()
+                    failed = isinstance(waiting.exception(), Unreachable)
+                    await c.connect()
+                    again = c.send("status")
+                    await heard.get()
+                    await c.close()
+                    with pytest.raises(Unreachable):
+                        await again
+                return failed, len(verld.writers)
+
+        assert asyncio.run(run()) == (True, 2)

@@ -1,15 +1,23 @@
 """The asyncio `AsyncClient`: the blocking client's verbs, many calls in flight at once.
 
-One reader task splits the stream with `verld.wire`'s decoder (via `messages`),
-resolves each reply's future by id and queues events for `events()`.
+Strategy: a connection is an asyncio Protocol (`_Connection`), with no reader task and
+no stream layer, because a program forwarding many calls and events (verld-mqtt) makes
+this its hot path. A request is framed and written at once (`send` returns the future
+of its reply); `data_received` splits the stream with `verld.wire`'s decoder (via
+`messages`), resolves each reply's future by id and hands each event on in the same
+callback: to the client's `on_event` when it has one, else to the queue `events()`
+reads. When the connection ends (verld closed it, `close()` closed it, or a frame
+could not be decoded), every request still waiting fails with `Unreachable` (or with
+the connection error verld announced before closing), a request made after that
+fails at once, and `wait_closed()` returns, so nothing waits for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, cast
 
 from verld.client.engine import Engine
 from verld.client.messages import (
@@ -28,7 +36,77 @@ from verld.client.messages import (
     reply_from,
 )
 
-_READ_SIZE = 65536
+EventSink = Callable[[dict[str, Any]], None]
+
+
+class _Connection(asyncio.Protocol):
+    """One open connection to verld's socket; see the module docstring."""
+
+    def __init__(self, on_event: EventSink, on_lost: Callable[[], None]) -> None:
+        self.on_event, self.on_lost = on_event, on_lost
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._transport: asyncio.Transport | None = None
+        self._decoder = new_decoder()
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._error: ClientError | None = None  #: what verld said before it closed
+        self._closed_here = False  #: close() ended it (not verld, not a bad frame)
+
+    def send(self, obj: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+        """Write one request now (`obj`, a dict of the caller's own, gets its id); the
+        future of verld's reply (unchecked)."""
+        fut: asyncio.Future[dict[str, Any]] = self.lost.get_loop().create_future()
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            fut.set_exception(self._error or Unreachable("the connection to verld is closed"))
+            return fut
+        req_id = next(self._ids)
+        self._pending[req_id] = fut
+        obj["id"] = req_id
+        transport.write(encode_message(obj))
+        return fut
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._closed_here = True
+            self._transport.close()
+
+    # --- asyncio.Protocol ----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # (uvloop's is not a subclass)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            bodies = self._decoder.feed(data)
+            messages = [parse_message(body) for body in bodies]
+        except ValueError as exc:  # (not verld's framing: nothing more can be trusted)
+            self._error = Unreachable(f"verld sent what is not a message: {exc}")
+            if self._transport is not None:
+                self._transport.close()
+            return
+        pending = self._pending
+        for msg in messages:
+            if is_event(msg):
+                self.on_event(msg)
+                continue
+            fut = pending.pop(msg.get("id"), None)  # type: ignore[arg-type]
+            if fut is not None:
+                if not fut.done():
+                    fut.set_result(msg)
+            elif is_connection_error(msg):
+                self._error = error_from(msg)  # (verld is about to close this connection)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        error = self._error or Unreachable("verld closed the connection")
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+        if not self.lost.done():
+            self.lost.set_result(None)
+        if not self._closed_here:
+            self.on_lost()
 
 
 class AsyncClient(Engine):
@@ -40,43 +118,38 @@ class AsyncClient(Engine):
         *,
         actions: Mapping[str, int] | None = None,
         name: str | None = None,
+        on_event: EventSink | None = None,
     ) -> None:
         super().__init__(socket_path, actions=actions, name=name)
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self._ids = itertools.count(1)
-        self._lost: ClientError | None = None
+        self._on_event: EventSink = on_event or self._events.put_nowait
+        self._conn: _Connection | None = None
 
     async def connect(self) -> AsyncClient:
-        if self._writer is not None:
+        if self._conn is not None:
             return self
+        loop = asyncio.get_running_loop()
         try:
-            self._reader, self._writer = await asyncio.open_unix_connection(self.socket_path)
+            _, conn = await loop.create_unix_connection(
+                lambda: _Connection(self._on_event, self._ended), self.socket_path
+            )
         except OSError as exc:
             raise connect_failed(self.socket_path, exc) from None
-        self._task = asyncio.create_task(self._read_loop(self._reader))
+        self._conn = conn
         if self.name is not None:
             await self.request("hello", client=self.name)
         return self
 
     async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            try:
-                await self._writer.wait_closed()
-            except OSError:
-                pass
-            self._writer = None
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+            await asyncio.shield(conn.lost)  # (the calls still waiting have failed)
+
+    async def wait_closed(self) -> None:
+        """Until the connection ends (verld closed it, it was lost, `close()`)."""
+        if self._conn is not None:
+            await asyncio.shield(self._conn.lost)
 
     async def __aenter__(self) -> AsyncClient:
         return await self.connect()
@@ -84,46 +157,25 @@ class AsyncClient(Engine):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # --- the reader task -----------------------------------------------------------
-    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
-        """Dispatch every message until the stream ends, then fail what is pending."""
-        decoder = new_decoder()
-        try:
-            while chunk := await reader.read(_READ_SIZE):
-                for body in decoder.feed(chunk):
-                    self._dispatch(parse_message(body))
-        except OSError:
-            pass
-        self._fail_pending(self._lost or Unreachable("verld closed the connection"))
-
-    def _dispatch(self, msg: dict[str, Any]) -> None:
-        if is_event(msg):
-            self._events.put_nowait(msg)
-            return
-        fut = self._pending.pop(msg.get("id"), None)  # type: ignore[arg-type]
-        if fut is not None and not fut.done():
-            fut.set_result(msg)
-        elif is_connection_error(msg):
-            self._lost = error_from(msg)  # the daemon is about to close this connection
-
-    def _fail_pending(self, lost: ClientError) -> None:
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(lost)
-        self._pending.clear()
+    def _ended(self) -> None:
+        """The connection ended other than by `close()`: `events()` ends."""
         self._events.put_nowait(None)
+
+    # --- verbs -----------------------------------------------------------------------
+    def send(self, op: str, **fields: Any) -> asyncio.Future[dict[str, Any]]:
+        """Write one request now; the future of verld's reply as it came (not checked)."""
+        conn = self._conn
+        if conn is None:
+            fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            fut.set_exception(Unreachable("not connected to verld"))
+            return fut
+        return conn.send({"op": op, **fields})
 
     async def _roundtrip(self, obj: dict[str, Any]) -> dict[str, Any]:
         await self.connect()
-        writer = self._writer
-        assert writer is not None
-        req_id = next(self._ids)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[req_id] = fut
-        writer.write(encode_message({**obj, "id": req_id}))
-        return await fut
+        assert self._conn is not None
+        return await self._conn.send(obj)
 
-    # --- verbs -----------------------------------------------------------------------
     async def request(self, op: str, **fields: Any) -> dict[str, Any]:
         return check(await self._roundtrip({"op": op, **fields}))
 

@@ -24,10 +24,11 @@ downwards too: a call verld refuses `busy` because the bridge's share is full
 of failing (dispatch.py). Each new verld connection starts again (a reload may have
 changed the window or the share).
 
-The connection is a `verldconn.VerldConn` (an asyncio Protocol: no reader task, events
-handed over as they are read). A call must get its one reply even when the connection
-dies under it: its future fails when the connection ends, and a call made after that
-answers `link_down` at once. A verld that stops answering `status` within
+The connection is a `verld.client.AsyncClient` with an `on_event` callback (an asyncio
+Protocol: no reader task, events handed over as they are read, a call written at once by
+`send`). A call must get its one reply even when the connection dies under it: its
+future fails when the connection ends, and a call made after that answers `link_down`
+at once. A verld that stops answering `status` within
 `STATUS_TIMEOUT` is treated as gone (a hung daemon looks like a live socket).
 """
 
@@ -42,11 +43,11 @@ from typing import Any
 
 import structlog
 
+from verld.client.aio import AsyncClient
 from verld.client.messages import ClientError, Unreachable
 from verld.mqtt.calls import error_reply
 from verld.mqtt.outbox import Outbox
 from verld.mqtt.topics import DeviceState, Topics, event_payload, status_payload
-from verld.mqtt.verldconn import VerldConn
 
 log = structlog.get_logger("verld.mqtt.device")
 
@@ -208,7 +209,7 @@ class Device:
         self.pending_by: Counter[str] = Counter()  #: the same, by requester (reply topic)
         self.slots = FairSlots(MAX_IN_FLIGHT)
         self.verld_dropped = 0  #: events verld dropped for this client (overflow)
-        self._conn: VerldConn | None = None
+        self._conn: AsyncClient | None = None
         self._reason = "not connected yet"
         self._warned = False
         self._kick = asyncio.Event()
@@ -222,9 +223,9 @@ class Device:
         """Connect, follow, reconnect: until cancelled."""
         backoff = Backoff()
         while True:
-            conn: VerldConn | None = None
+            conn = AsyncClient(self.socket_path, on_event=self._on_event)
             try:  # (closed however this ends, cancelled too)
-                conn = await VerldConn.open(self.socket_path, self._on_event)
+                await conn.connect()
                 hello, status = await self._open(conn)
             except (ClientError, OSError, ValueError, TimeoutError) as exc:
                 reason = _reason(exc)
@@ -233,19 +234,20 @@ class Device:
                 await self._follow(conn, hello, status)
                 reason = self._reason
             finally:
-                if conn is not None:
-                    conn.close()
+                await conn.close()
             self._unreachable(reason, backoff.next())
             await asyncio.sleep(backoff.current)
 
-    async def _open(self, conn: VerldConn) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def _open(self, conn: AsyncClient) -> tuple[dict[str, Any], dict[str, Any]]:
         async with asyncio.timeout(STATUS_TIMEOUT):
-            hello = await conn.ask("hello", client=CLIENT_NAME)
-            await conn.ask("subscribe", topics=["events", "link"])
-            status = await conn.ask("status")
+            hello = await conn.hello(CLIENT_NAME)
+            await conn.subscribe(["events", "link"])
+            status = await conn.status()
         return hello, status
 
-    async def _follow(self, conn: VerldConn, hello: dict[str, Any], status: dict[str, Any]) -> None:
+    async def _follow(
+        self, conn: AsyncClient, hello: dict[str, Any], status: dict[str, Any]
+    ) -> None:
         """Serve one connection until verld closes it, or stops answering `status` (the
         caller closes the connection)."""
         device = hello.get("device")
@@ -267,11 +269,13 @@ class Device:
         self._conn = conn  # (reachable before the change is told: entities poll at once)
         self._set(self.state.from_status(status), force=True)
         poller = asyncio.create_task(self._poll(conn))
+        lost = asyncio.create_task(conn.wait_closed())
         try:
-            await asyncio.wait((conn.lost, poller), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((lost, poller), return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._conn = None
-            conn.close()  # (calls in flight answer link_down)
+            await conn.close()  # (calls in flight answer link_down)
+            lost.cancel()
             poller.cancel()
             try:
                 await poller
@@ -279,6 +283,7 @@ class Device:
                 pass
             except Exception as exc:  # a bug: logged, and the connection starts over
                 log.error("device_task_crashed", device=self.name, error=repr(exc), exc_info=exc)
+            await asyncio.gather(lost, return_exceptions=True)
 
     def _unreachable(self, reason: str, retry_in: float) -> None:
         """Logged once per outage (then at DEBUG); the state says `unreachable`."""
@@ -323,7 +328,7 @@ class Device:
             self.verld_dropped += dropped if type(dropped) is int else 0
             log.warning("events_dropped", device=self.name, where="verld", dropped=dropped)
 
-    async def _poll(self, conn: VerldConn) -> None:
+    async def _poll(self, conn: AsyncClient) -> None:
         """A status snapshot every status_interval (0: when a link event kicks it);
         returns when verld does not answer one."""
         self._kick.clear()
@@ -335,10 +340,10 @@ class Device:
             if not await self._fetch(conn):
                 return
 
-    async def _fetch(self, conn: VerldConn) -> bool:
+    async def _fetch(self, conn: AsyncClient) -> bool:
         try:
             async with asyncio.timeout(STATUS_TIMEOUT):
-                reply = await conn.ask("status")
+                reply = await conn.status()
         except (ClientError, OSError, TimeoutError) as exc:
             self._reason = f"status failed: {_reason(exc)}"
             return False
@@ -358,7 +363,7 @@ class Device:
                 f"{size} bytes of data is more than the device's max_payload ({self.max_payload})",
             )
         try:
-            return await conn.request("call", **fields)
+            return await conn.send("call", **fields)
         except Unreachable as exc:
             return error_reply("link_down", f"the connection to verld was lost: {exc.message}")
         except ClientError as exc:

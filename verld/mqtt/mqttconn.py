@@ -26,7 +26,9 @@ connection ends for any cause (the broker closed it, a socket error, no PINGRESP
 within the keepalive, a protocol error); a bug in a callback sets it to that error.
 
 Works with paho-mqtt 2.x (`CallbackAPIVersion.VERSION2`) and 1.6 (Debian 12's): the
-callbacks take `*args` and read only the positions both versions share.
+callbacks take `*args` and read only the positions both versions share. The private
+names of paho's this relies on are all used in `_Paho`, listed in `PAHO_PRIVATE` with
+the versions they were read against (`PAHO_CHECKED`), and pinned by a test.
 """
 
 from __future__ import annotations
@@ -66,13 +68,34 @@ class MqttError(Exception):
 Will = tuple[str, bytes, int, bool]  #: topic, payload, qos, retain
 
 
+#: paho-mqtt's private names `_Paho` relies on → the positional arguments they are called
+#: with (by paho, for the two it overrides; by `_Paho`, for `_sock_close`). paho has no
+#: public way to hand it bytes read elsewhere or to take what it would send: every read
+#: and write it makes goes through `_sock_recv` and `_sock_send` (1.6 and 2.x alike), so
+#: those are the seam, and `_sock_close` is its one way to drop the socket with its state
+#: and callbacks (`on_socket_close`, `on_disconnect`) following. They are private: read
+#: against the versions in PAHO_CHECKED, and tests/test_mqtt_paho.py pins both (on the
+#: paho verld-mqtt runs on, 1.6.1 in nox's `mqtt_paho16` session too).
+PAHO_PRIVATE: dict[str, int] = {"_sock_recv": 1, "_sock_send": 1, "_sock_close": 0}
+#: on paho 1.6 also (its MQTT 5 DISCONNECT fix, `_Paho._handle_disconnect`), which reads
+#: `_in_packet["packet"]` and `_protocol` besides
+PAHO16_PRIVATE: dict[str, int] = {"_handle_disconnect": 0, "_loop_rc_handle": 1}
+#: the paho-mqtt versions the names above were read against (1.6.1: Debian 12's)
+PAHO_CHECKED = ("1.6.1", "2.2.0")
+
+
 class _Paho(paho.Client):
-    """paho's client reading from and writing to buffers kept here (module docstring)."""
+    """paho's client reading from and writing to buffers kept here (module docstring).
+    Every private name of paho's this module uses is used here, and only here (see
+    PAHO_PRIVATE); `MqttConnection` talks to it through the methods below."""
 
-    _in: bytes = b""
-    _at: int = 0
-    _out: list[bytes]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in = b""  #: bytes read from the socket, paho's from `_at` on
+        self._at = 0
+        self._out: list[bytes] = []  #: what paho sent, not written to the socket yet
 
+    # --- paho's socket I/O, overridden -------------------------------------------------
     def _sock_recv(self, bufsize: int) -> bytes:
         at = self._at
         if at >= len(self._in):
@@ -101,6 +124,35 @@ class _Paho(paho.Client):
                     return 0
             handle: Callable[[], Any] = super()._handle_disconnect
             return int(handle())
+
+    # --- what MqttConnection uses --------------------------------------------------------
+    def received(self, data: bytes) -> None:
+        """Bytes read from the socket, after those paho has not read yet; paho reads every
+        whole packet they complete (a failure closes the socket: `on_socket_close`)."""
+        self._in = self._in[self._at :] + data if self._at < len(self._in) else data
+        self._at = 0
+        while self._at < len(self._in) and self.socket() is not None:
+            self.loop_read()
+
+    @property
+    def unsent(self) -> int:
+        """Bytes paho sent that are not written to the socket yet."""
+        return sum(map(len, self._out))
+
+    def take_unsent(self) -> bytes:
+        """What paho sent, all of it, now to be written (b"" when nothing)."""
+        out = self._out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        return data
+
+    def put_back(self, data: bytes) -> None:
+        """What the socket did not take, to be written first next time."""
+        self._out.insert(0, data)
+
+    def close_socket(self) -> None:
+        """Close the socket as paho does (`on_socket_close`, then `on_disconnect`)."""
+        self._sock_close()
 
 
 class _Correlation(Properties):
@@ -159,8 +211,7 @@ class MqttConnection:
         session: dict[str, Any] = {"protocol": paho.MQTTv5}
         if not mqtt5:
             session = {"protocol": paho.MQTTv311, "clean_session": True}
-        c = _Paho(*_API, client_id=client_id, **session)  # type: ignore[misc]
-        c._out = []
+        c = _Paho(*_API, client_id=client_id, **session)
         c.max_inflight_messages_set(0)  # (unlimited: the bridge keeps its own window)
         if username is not None:
             c.username_pw_set(username, password)
@@ -188,7 +239,7 @@ class MqttConnection:
     @property
     def pending(self) -> int:
         """Bytes handed over by paho and not yet written to the socket."""
-        return sum(map(len, self._c._out))
+        return self._c.unsent
 
     # --- connect and close -----------------------------------------------------------
     async def connect(self, timeout: float) -> None:  # noqa: ASYNC109 (the CONNACK's)
@@ -236,7 +287,7 @@ class MqttConnection:
     def close(self) -> None:
         """Close the socket now (idempotent)."""
         if self._c.socket() is not None:
-            self._c._sock_close()  # (through _on_socket_close)
+            self._c.close_socket()  # (through _on_socket_close)
         else:
             self._ended(self._reason or "closed")
 
@@ -289,11 +340,8 @@ class MqttConnection:
             self._reason = "the broker closed the connection"
             self.close()
             return
-        c._in = c._in[c._at :] + data if c._at < len(c._in) else data
-        c._at = 0
         try:
-            while c._at < len(c._in) and c.socket() is not None:
-                c.loop_read()  # (a failure closes the socket: _on_socket_close)
+            c.received(data)
         except Exception as exc:  # a bug in a callback: the bridge fails with it
             if not self.lost.done():
                 self.lost.set_exception(exc)
@@ -317,12 +365,11 @@ class MqttConnection:
         c = self._c
         if c.socket() is not None:
             c.loop_write()
-        out = c._out
-        if not out or self._writing or self._sock is None:
+        if self._writing or self._sock is None:
             return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self._send(data)
+        data = c.take_unsent()
+        if data:
+            self._send(data)
 
     def _send(self, data: bytes) -> None:
         try:
@@ -334,18 +381,16 @@ class MqttConnection:
             self.close()
             return
         if sent < len(data):
-            self._c._out.insert(0, data[sent:])
+            self._c.put_back(data[sent:])
             if not self._writing:
                 self._writing = True
                 self._loop.add_writer(self._sock.fileno(), self._writable)
 
     def _writable(self) -> None:
-        out = self._c._out
-        data = b"".join(out)
-        out.clear()
+        data = self._c.take_unsent()
         if data:
             self._send(data)
-        if not self._c._out and self._writing:
+        if not self._c.unsent and self._writing:
             self._writing = False
             self._loop.remove_writer(self._sock.fileno())
 
@@ -359,13 +404,12 @@ class MqttConnection:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # (no 40 ms Nagle waits)
 
     def _on_socket_close(self, _c: Any, _u: Any, sock: Any) -> None:
-        out = self._c._out
-        if out:  # (a DISCONNECT, say): best effort, the socket closes now
+        data = self._c.take_unsent()
+        if data:  # (a DISCONNECT, say): best effort, the socket closes now
             try:
-                sock.send(b"".join(out))
+                sock.send(data)
             except (OSError, ValueError):
                 pass
-            out.clear()
         if self._sock is not None:
             self._loop.remove_reader(self._sock.fileno())
             if self._writing:
