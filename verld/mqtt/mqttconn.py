@@ -80,8 +80,9 @@ PAHO_PRIVATE: dict[str, int] = {"_sock_recv": 1, "_sock_send": 1, "_sock_close":
 #: on paho 1.6 also (its MQTT 5 DISCONNECT fix, `_Paho._handle_disconnect`), which reads
 #: `_in_packet["packet"]` and `_protocol` besides
 PAHO16_PRIVATE: dict[str, int] = {"_handle_disconnect": 0, "_loop_rc_handle": 1}
-#: the paho-mqtt versions the names above were read against (1.6.1: Debian 12's)
-PAHO_CHECKED = ("1.6.1", "2.2.0")
+#: the paho-mqtt versions the names above were read against (1.6.1: Debian 12's; 2.1.0:
+#: Debian 13's, the three methods as in 2.2.0 but for `_sock_send`'s annotation)
+PAHO_CHECKED = ("1.6.1", "2.1.0", "2.2.0")
 
 
 class _Paho(paho.Client):
