@@ -3,16 +3,23 @@
 `Front` is the small protocol the daemon drives every front by (claim, start,
 reload, stop accepting, status, close); `Listener` is what a front hears from the
 device through the core; `FrontCounts` its calls by outcome; `CannotServe` how a
-front says it cannot serve, naming what is in the way.
+front says it cannot serve, naming what is in the way; `FrontFigures` how its part
+of `status` reads as metrics and as verlctl's rows (light: verlctl imports it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from verld.config import Config
 from verld.errors import ServeError
 from verld.links.link import Transition
+from verld.metrics import Family
+
+#: rows of `verlctl status`: (label, text)
+Rows = list[tuple[str, str]]
 
 
 class Listener(Protocol):
@@ -25,11 +32,12 @@ class Listener(Protocol):
 
 class Front(Protocol):
     """A way in for programs (the JSON API, virtual ports, Modbus TCP, ...): the
-    daemon keeps a list of them (`verld.fronts.FRONTS`), each made as
+    daemon keeps a list of them (`verld.fronts.registry.FRONTS`), each made as
     `Front(cfg, core)`, and drives each through these steps only. Making one does
     nothing outside it: no file, socket or lock until `claim`."""
 
-    #: what it is called ("api", "modbus", "ports")
+    #: its one name ("api", "modbus", "port", "network"): the `front` of its
+    #: `programs` rows and `verld_front_calls_total`'s label, its counts' (`core.front`)
     name: str
 
     async def claim(self) -> None:
@@ -94,3 +102,19 @@ class FrontCounts:
     def add(self, outcome: str) -> None:
         """Count a call that ended before reaching the core (refused by the front)."""
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+@dataclass(frozen=True)
+class FrontFigures:
+    """How a front's part of the `status` reply reads, from that reply alone (no I/O,
+    nothing of the front's machinery): verld makes the front's metrics with it and
+    verlctl its rows of `verlctl status`. Each front's lives next to it
+    (`verld/fronts/NAME/figures.py`), and `verld.fronts.figures.FIGURES` lists them."""
+
+    #: the front's one name (`Front.name`)
+    name: str
+    #: its metric families, from the `status` reply (after the daemon's own)
+    metrics: Callable[[Mapping[str, Any]], list[Family]]
+    #: its rows of `verlctl status`, from the `status` reply, every text in it escaped
+    #: already (`verld.ctl.render.safe`); none while it has nothing to show
+    rows: Callable[[Mapping[str, Any]], Rows]

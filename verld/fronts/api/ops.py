@@ -20,6 +20,7 @@ from verld.fronts.api.inhibit import Inhibits
 from verld.fronts.api.leases import Leases
 from verld.fronts.base import Core, FrontCounts
 from verld.logs import RING
+from verld.metrics import as_json
 from verld.roles import ROLE_RANK
 from verld.session.calls import CallResult
 
@@ -135,7 +136,14 @@ def logs(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
 
 
 def metrics(api: OpContext, conn: ClientConn, req: wire.Request) -> None:
-    _ok(conn, req, text=api.core.metrics_text())
+    """The Prometheus text, or with `"format": "json"` the same metrics as data."""
+    form = req.body.get("format", "text")
+    if form == "json":
+        _ok(conn, req, families=as_json(api.core.metrics()))
+    elif form == "text":
+        _ok(conn, req, text=api.core.metrics_text())
+    else:
+        raise ApiError(ErrorCode.BAD_REQUEST, '\'format\' must be "text" or "json"', req.id)
 
 
 def reconnect(api: OpContext, conn: ClientConn, req: wire.Request) -> None:

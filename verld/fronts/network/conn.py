@@ -22,6 +22,7 @@ import structlog
 from verld.codec.registry import retry_of
 from verld.codec.telnet import COM_PORT, Agreed, ComPort, Data, Telnet, escape
 from verld.fronts.network.comport import ComPortServer
+from verld.fronts.network.figures import FIGURES
 from verld.fronts.stream import GONE, ProgramStream
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ TURN = 16384
 #: bytes read ahead of the turns before reading pauses: pausing at every turn made
 #: uvloop 0.22+ (Python 3.13) read a flood at ~75 KB/s on a busy machine
 HELD_MAX = 16 * TURN
-#: the network front's calls in `verld_front_calls_total{front}` and its log events' prefix
-KIND = "network"
+#: the network front (`verld_front_calls_total{front}`) and its log events' prefix
+KIND = FIGURES.name
 
 
 class NetConn(asyncio.Protocol):
@@ -376,7 +377,7 @@ class NetConn(asyncio.Protocol):
         fig = self.figures()
         waiting = self.stream.waiting if self.stream is not None else 0
         return {
-            "front": "network",
+            "front": KIND,
             "who": f"{self.entry.label} {self.peer}",
             "passthrough": self.relay is not None,
             "calls": fig["calls"],
