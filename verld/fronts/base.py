@@ -34,6 +34,7 @@ from verld.fronts.figures import FIGURES
 from verld.fronts.protocol import CannotServe, Front, FrontCounts, Listener
 from verld.links.link import LinkState, Transition
 from verld.links.opener import open_device
+from verld.links.rfc2217 import Rfc2217Link
 from verld.links.transport import modem_bits
 from verld.metrics import Family, exposition, families
 from verld.session.calls import Call, CallResult
@@ -352,18 +353,23 @@ class Core:
         st["uptime"] = round(time.time() - self.started, 3)
         for front in self.fronts:
             st.update(front.status())
-        dev = self.cfg.device
-        if self.port.startswith("rfc2217://"):  # the server's modem lines, as last told
-            modem = getattr(self._session.attached, "modem", None)
-            st["link"]["modem"] = dict(modem or self._modem_seen)
-            if modem is not None:
-                self._modem_seen = dict(modem)
+        if self.port.startswith("rfc2217://"):
+            st["link"]["modem"] = self._server_modem()
         if tcp_target(self.port) is None:  # serial, rfc2217: show the line settings
+            dev = self.cfg.device
             st["link"]["settings"] = (
                 f"{dev.baudrate} {dev.bytesize}{dev.parity[0].upper()}{dev.stopbits:g}"
                 + (" rtscts" if dev.rtscts else "")
             )
         return st
+
+    def _server_modem(self) -> dict[str, bool]:
+        """An rfc2217:// link's modem lines, as its server last told them (kept while
+        the link is down; all off until the server first tells)."""
+        transport = self._session.attached
+        if isinstance(transport, Rfc2217Link):
+            self._modem_seen = dict(transport.modem)
+        return dict(self._modem_seen)
 
     def programs(self) -> dict[str, Any]:
         """The `programs` reply (docs/protocol.md): every front's programs, and the last
