@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from verld.config import Config
 from verld.errors import ServeError
@@ -77,6 +77,18 @@ class Front(Protocol):
         ...
 
 
+class StreamFigures(TypedDict):
+    """A byte-stream program's figures (`ProgramStream.figures`), part of each
+    `status.ports` and `status.network` entry (docs/protocol.md)."""
+
+    calls: int
+    ok: int
+    failed: dict[str, int]
+    dropped: int
+    ignored: int
+    bad_frames: int
+
+
 class CannotServe(ServeError):
     """A front cannot serve: the message says why, `fields` what (socket=PATH,
     listen=HOST:PORT, link=PATH) for the log line; `exit_code` 2 for a setup that
@@ -109,7 +121,10 @@ class FrontFigures:
     """How a front's part of the `status` reply reads, from that reply alone (no I/O,
     nothing of the front's machinery): verld makes the front's metrics with it and
     verlctl its rows of `verlctl status`. Each front's lives next to it
-    (`verld/fronts/NAME/figures.py`), and `verld.fronts.figures.FIGURES` lists them."""
+    (`verld/fronts/NAME/figures.py`, with the TypedDict of its part that the front's
+    `status` returns: `PortStatus`, `EntryStatus`, `ModbusStatus`), and
+    `verld.fronts.figures.FIGURES` lists them. They read the reply as verlctl gets
+    it, JSON from the wire: defensively, not trusting that shape."""
 
     #: the front's one name (`Front.name`)
     name: str

@@ -5,10 +5,21 @@ I/O: verlctl imports it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from verld.fronts.protocol import FrontFigures, Rows
 from verld.metrics import Family
+
+
+class ModbusStatus(TypedDict):
+    """`status.modbus` while the front listens (docs/protocol.md), in the reply's order."""
+
+    listen: str
+    connections: int
+    calls: int
+    #: exception responses by code, the code in decimal as JSON keys are strings
+    exceptions: dict[str, int]
+    closed_malformed: int
 
 
 def metrics(st: Mapping[str, Any]) -> list[Family]:

@@ -22,7 +22,7 @@ from verld.config import Config
 from verld.fronts.base import CannotServe, Core
 from verld.fronts.listening import bind_listen
 from verld.fronts.modbus.conn import ModbusConn, ModbusStats
-from verld.fronts.modbus.figures import FIGURES
+from verld.fronts.modbus.figures import FIGURES, ModbusStatus
 from verld.fronts.network.refusals import Refusals
 from verld.reloads import Serialised
 
@@ -154,7 +154,7 @@ class ModbusServer:
             for conn in self.conns
         ]
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, ModbusStatus | None]:
         """`status.modbus` (null while it does not listen)."""
         if not self._servers:
             return {"modbus": None}

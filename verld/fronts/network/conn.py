@@ -23,6 +23,7 @@ from verld.codec.registry import retry_of
 from verld.codec.telnet import COM_PORT, Agreed, ComPort, Data, Telnet, escape
 from verld.fronts.network.comport import ComPortServer
 from verld.fronts.network.figures import FIGURES
+from verld.fronts.protocol import StreamFigures
 from verld.fronts.stream import GONE, ProgramStream
 
 if TYPE_CHECKING:
@@ -388,9 +389,9 @@ class NetConn(asyncio.Protocol):
             "bytes_out": self.bytes_out,
         }
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> StreamFigures:
         """Its calls and drops so far (shared), for the entry's totals."""
-        fig: dict[str, Any] = {
+        fig: StreamFigures = {
             "calls": 0,
             "ok": 0,
             "failed": {},

@@ -4,10 +4,30 @@ series, labelled by name, and verlctl's `network` rows. No I/O: verlctl imports 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from verld.fronts.protocol import FrontFigures, Rows
 from verld.metrics import Family
+
+
+class EntryStatus(TypedDict):
+    """One `status.network` entry (docs/protocol.md), in the reply's order."""
+
+    name: str
+    listen: str
+    protocol: str
+    mode: str
+    connections: int
+    calls: int
+    ok: int
+    failed: dict[str, int]
+    dropped: int
+    ignored: int
+    bad_frames: int
+    refused: dict[str, int]
+    holder: str | None
+    bytes_in: int
+    bytes_out: int
 
 
 def _entries(st: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from verld.errors import ServeError
 from verld.fronts.listening import bind_listen
 from verld.fronts.network.access import host_of, private_network
 from verld.fronts.network.entry import Entry
-from verld.fronts.network.figures import FIGURES
+from verld.fronts.network.figures import FIGURES, EntryStatus
 from verld.fronts.protocol import CannotServe
 from verld.links.link import Transition
 from verld.reloads import Serialised
@@ -166,7 +166,7 @@ class NetworkFront:
         """One row per network connection (`programs`)."""
         return [conn.row() for entry in self.entries.values() for conn in entry.conns]
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, list[EntryStatus]]:
         """`status.network`: one entry per network port, in config order."""
         return {"network": [entry.status() for entry in self.entries.values()]}
 

@@ -4,10 +4,28 @@ series, labelled by link, and verlctl's `vport` rows. No I/O: verlctl imports it
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from verld.fronts.protocol import FrontFigures, Rows
 from verld.metrics import Family
+
+
+class PortStatus(TypedDict):
+    """One `status.ports` entry (docs/protocol.md), in the reply's order: the port's
+    link, whether a program has it open, its program's figures (`StreamFigures`), the
+    entry's `write` and `events`."""
+
+    link: str
+    open: bool
+    calls: int
+    ok: int
+    failed: dict[str, int]
+    dropped: int
+    ignored: int
+    bad_frames: int
+    write: bool
+    events: bool
+
 
 #: (metric, type, help, the key of a `status.ports` entry it shows)
 _SERIES = (

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from verld.config import Config, PortConfig
-from verld.fronts.ports.figures import FIGURES
+from verld.fronts.ports.figures import FIGURES, PortStatus
 from verld.fronts.ports.port import VirtualPort
 from verld.fronts.ports.pty import PortSetupError, claim_link
 from verld.links.link import Transition
@@ -139,6 +139,6 @@ class PortsFront:
         """One row per port (`programs`)."""
         return [port.row() for port in self.ports.values()]
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, list[PortStatus]]:
         """`status.ports`: one entry per port, in config order."""
         return {"ports": [port.status() for port in self.ports.values()]}

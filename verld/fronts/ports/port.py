@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from verld.config import Config, PortConfig
-from verld.fronts.ports.figures import FIGURES
+from verld.fronts.ports.figures import FIGURES, PortStatus
 from verld.fronts.ports.pty import DETACHED, PtyPort
 from verld.fronts.stream import GONE, ProgramStream
 
@@ -167,7 +167,7 @@ class VirtualPort:
             "waiting": stream.waiting,
         }
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> PortStatus:
         """This port's `status.ports` entry."""
         return {
             "link": self.link,
