@@ -106,6 +106,29 @@ class TestVerlctl:
         assert ok == [7.0]
         assert "verld_call_latency_seconds" in families
 
+    def test_metrics_as_data_are_the_texts_families(self, daemon: DaemonProc) -> None:
+        """`metrics` with `"format": "json"` gives the text's families and samples as data."""
+        c = daemon.client()
+        c.call(b"\x01x")
+        sent = c.request("metrics", format="json")["families"]
+        text = text_string_to_metric_families(c.request("metrics")["text"])
+        parsed = {f.name: f for f in text}
+        for family in sent:
+            same = parsed[family["name"].removesuffix("_total")]
+            assert (same.type, same.documentation) == (family["type"], family["help"])
+            assert [(s.name, s.labels) for s in same.samples] == [
+                (s["name"], s["labels"]) for s in family["samples"]
+            ]
+        assert len(sent) == len(parsed)
+        calls = next(f for f in sent if f["name"] == "verld_calls_total")["samples"]
+        assert calls[0] == {"name": "verld_calls_total", "labels": {"outcome": "ok"}, "value": 1}
+
+    def test_metrics_in_another_format_is_a_bad_request(self, daemon: DaemonProc) -> None:
+        """`metrics` with a `format` other than "text" or "json" is refused as bad_request."""
+        with pytest.raises(ClientError) as refused:
+            daemon.client().request("metrics", format="xml")
+        assert refused.value.code == "bad_request"
+
     def test_logs_shows_lifecycle(self, daemon: DaemonProc) -> None:
         """`logs -n` prints recent records, link_up among them."""
         r = verlctl("--socket", daemon.socket, "logs", "-n", "50")

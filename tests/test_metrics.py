@@ -6,7 +6,8 @@ import itertools
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from verld.metrics import BOUNDS, Histogram, prometheus_text
+from verld import metrics
+from verld.metrics import BOUNDS, Histogram
 
 
 class TestHistogram:
@@ -64,7 +65,8 @@ def test_prometheus_text_parses() -> None:
         "queue": 0,
         "errors": {"timeout": 3},
     }
-    families = {f.name: f for f in text_string_to_metric_families(prometheus_text(st, h))}
+    text = metrics.exposition(metrics.families(st, h))
+    families = {f.name: f for f in text_string_to_metric_families(text)}
     assert families["verld_link_up"].samples[0].value == 1
     errors = families["verld_call_errors"].samples
     assert errors[0].labels == {"code": "timeout"} and errors[0].value == 3

@@ -17,7 +17,7 @@ import pytest
 from verld.codec.base import PortRequest
 from verld.codec.modbus import rtu_frame
 from verld.links.link import LinkState
-from verld.metrics import prometheus_text
+from verld.metrics import exposition, families
 from verld.session.bus import Bus
 from verld.session.calls import Call, CallResult
 from verld.session.discipline import Turns
@@ -429,7 +429,8 @@ class TestFigures:
         assert bus_of(rig) is not None
         st = rig.session.status(0.0)
         st.update(inhibit=None, clients=0)
-        text = prometheus_text(st, rig.session.stats.latency, {}, bus_of(rig).unit_calls())
+        units = bus_of(rig).unit_calls()
+        text = exposition(families(st, rig.session.stats.latency, {}, units))
         assert 'verld_modbus_unit_calls_total{unit="1",outcome="ok"} 1' in text
         assert 'verld_modbus_unit_calls_total{unit="9",outcome="timeout"} 3' in text
         assert 'verld_modbus_unit_calls_total{unit="9",outcome="offline"} 1' in text

@@ -11,8 +11,6 @@ write is set by the test).
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from structlog.testing import capture_logs
 
@@ -20,6 +18,7 @@ from verld.codec.base import Kind, PortRequest
 from verld.codec.modbus import rtu_frame
 from verld.codec.verl import FrameDecoder, encode_frame
 from verld.config import Config, parse_config
+from verld.fronts.protocol import StreamFigures
 from verld.fronts.stream import GONE, ProgramStream, Share
 from verld.links.link import Transition
 from verld.testing.session import Respond, SessionRig, echo
@@ -126,7 +125,7 @@ class Rig:
         """An event from the device."""
         self.wire.deliver(self.wire.event(data))
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> StreamFigures:
         return self.stream.figures()
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verld.ctl.topframe import Sample, buckets_of, fit, frame, program_rows, quantile
+from verld.ctl.topframe import Sample, fit, frame, program_rows, quantile
+from verld.metrics import Histogram, as_json, buckets
 
 
 def status(calls: int = 0, failed: int = 0, state: str = "up", **more: Any) -> dict[str, Any]:
@@ -60,13 +61,14 @@ def test_latency_quantiles_are_over_the_interval_only() -> None:
     assert p50 is not None and 0.001 < p50 <= 0.01
 
 
-def test_buckets_are_read_from_metrics_text() -> None:
-    """The histogram's buckets are read from the metrics' exposition text."""
-    text = (
-        'verld_call_latency_seconds_bucket{le="0.001"} 3\n'
-        'verld_call_latency_seconds_bucket{le="+Inf"} 5\n'
-    )
-    assert buckets_of(text) == [(0.001, 3.0), (float("inf"), 5.0)]
+def test_buckets_are_read_from_the_metrics_as_data() -> None:
+    """The histogram's buckets are read from the metrics' JSON form, cumulative, +Inf last."""
+    h = Histogram()
+    for seconds in (0.0004, 0.0004, 0.0009, 2.0, 500.0):
+        h.observe(seconds)
+    read = buckets(as_json([h.family("verld_call_latency_seconds", "Call latency.")]))
+    assert dict(read)[0.0005] == 2.0 and dict(read)[0.001] == 3.0 and dict(read)[100.0] == 4.0
+    assert read[-1] == (float("inf"), 5.0)
 
 
 def test_busiest_program_first_and_sorts() -> None:

@@ -1,6 +1,6 @@
 """verld, the daemon: wiring only.
 
-config → logging → core (session + supervisor) → fronts (`verld.fronts.FRONTS`: the
+config → logging → core (session + supervisor) → fronts (`verld.fronts.registry.FRONTS`: the
 API server, Modbus TCP, virtual ports, network ports) → signals/systemd. Every front
 is driven through the one `Front` protocol: all claims first (nothing is created while
 another verld owns a socket, a port link, a network or the Modbus address), then the built-in
@@ -30,8 +30,8 @@ import structlog
 from verld import __version__, cmdline, httpmetrics, logs, systemd
 from verld.config import Config, changed_keys, load_config
 from verld.errors import ConfigError, ServeError
-from verld.fronts import FRONTS
 from verld.fronts.base import CannotServe, Core, Front
+from verld.fronts.registry import FRONTS
 from verld.links.link import Transition
 from verld.reloads import Serialised
 from verld.sim.launch import SimChild, SimError

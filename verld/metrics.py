@@ -1,14 +1,23 @@
-"""Counters and a fixed-bucket latency histogram, cheap on the hot path.
+"""Counters and a fixed-bucket latency histogram, cheap on the hot path; the metrics
+as data (`Family`), and their two forms: Prometheus text and JSON.
 
 Recording a latency is one bisect into a fixed tuple of bucket bounds and two
 additions: no allocation per call. Percentiles are interpolated inside the bucket
 that holds the rank, which is what Prometheus's histogram_quantile does too.
+
+Strategy: the metrics are built once as a list of `Family` (name, type, help, its
+samples with their labels) — `families` for verld's own figures, each front's
+from its part of `status` (`verld.fronts.protocol.FrontFigures.metrics`) — and
+written out either as the Prometheus text exposition (`exposition`: the `metrics`
+op's `text`, `metrics.listen`) or as JSON (`as_json`: the `metrics` op with
+`"format": "json"`, which `verlctl top` reads its histogram from). No I/O here.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 # Upper bounds in seconds: 10 µs .. 100 s, 1-1.5-2-3-5-7 per decade.
@@ -67,15 +76,84 @@ class Histogram:
             "max": round(self.max * 1000, 3),
         }
 
-    def prometheus(self, name: str) -> Iterable[str]:
-        """Exposition lines (`_bucket`, `_sum`, `_count`) for this histogram."""
+    def family(self, name: str, help_text: str) -> Family:
+        """This histogram as the family `name` (`_bucket` cumulative by `le`, `_sum`,
+        `_count`)."""
+        samples: list[Sample] = []
         seen = 0
         for bound, n in zip(BOUNDS, self.counts, strict=False):
             seen += n
-            yield f'{name}_bucket{{le="{bound:g}"}} {seen}'
-        yield f'{name}_bucket{{le="+Inf"}} {self.total}'
-        yield f"{name}_sum {self.sum:.6f}"
-        yield f"{name}_count {self.total}"
+            samples.append(Sample(f"{name}_bucket", {"le": f"{bound:g}"}, seen))
+        samples.append(Sample(f"{name}_bucket", {"le": "+Inf"}, self.total))
+        samples.append(Sample(f"{name}_sum", {}, round(self.sum, 6), shown=".6f"))
+        samples.append(Sample(f"{name}_count", {}, self.total))
+        return Family(name, "histogram", help_text, samples)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One value of a family: its name (the family's, or `_bucket`/`_sum`/`_count` of a
+    histogram's), labels and value."""
+
+    name: str
+    labels: Mapping[str, str]
+    value: float
+    #: the format spec of its value in the text (a histogram's sum: ".6f"); "": as is
+    shown: str = ""
+
+    def text(self) -> str:
+        """Its line of the text exposition."""
+        value = format(self.value, self.shown)
+        if not self.labels:
+            return f"{self.name} {value}"
+        labels = ",".join(f'{k}="{label(v)}"' for k, v in self.labels.items())
+        return f"{self.name}{{{labels}}} {value}"
+
+
+@dataclass(slots=True)
+class Family:
+    """One metric: `kind` counter, gauge or histogram, and its samples in order."""
+
+    name: str
+    kind: str
+    help: str
+    samples: list[Sample] = field(default_factory=list)
+
+    def add(self, value: float, **labels: str) -> None:
+        """A sample of the family itself (not a histogram's part)."""
+        self.samples.append(Sample(self.name, labels, value))
+
+
+def label(value: str) -> str:
+    """A Prometheus label value: backslash, quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def exposition(families: Iterable[Family]) -> str:
+    """The Prometheus text exposition (format 0.0.4) of `families`."""
+    lines: list[str] = []
+    for family in families:
+        lines.append(f"# HELP {family.name} {family.help}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        lines.extend(sample.text() for sample in family.samples)
+    return "\n".join(lines) + "\n"
+
+
+def as_json(families: Iterable[Family]) -> list[dict[str, Any]]:
+    """`families` as JSON values (docs/protocol.md, `metrics` with `"format": "json"`):
+    `{name, type, help, samples: [{name, labels, value}]}`, a histogram's `le` as in
+    the text ("+Inf" the last)."""
+    return [
+        {
+            "name": family.name,
+            "type": family.kind,
+            "help": family.help,
+            "samples": [
+                {"name": s.name, "labels": dict(s.labels), "value": s.value} for s in family.samples
+            ],
+        }
+        for family in families
+    ]
 
 
 _COUNTERS = (
@@ -88,140 +166,71 @@ _COUNTERS = (
     ("events", "Device events received."),
 )
 
-
-def _metric(lines: list[str], name: str, kind: str, help_text: str) -> None:
-    lines.append(f"# HELP {name} {help_text}")
-    lines.append(f"# TYPE {name} {kind}")
+#: the latency histogram's family
+LATENCY = "verld_call_latency_seconds"
 
 
-def _modbus_units(
-    lines: list[str], units: dict[tuple[int, str], int], status: list[dict[str, Any]]
-) -> None:
-    what = "Modbus calls by unit and outcome (ok, exception, timeout, offline, error)."
-    _metric(lines, "verld_modbus_unit_calls_total", "counter", what)
+def _modbus_units(units: dict[tuple[int, str], int], status: list[dict[str, Any]]) -> list[Family]:
+    calls = Family(
+        "verld_modbus_unit_calls_total",
+        "counter",
+        "Modbus calls by unit and outcome (ok, exception, timeout, offline, error).",
+    )
     for (unit, outcome), n in units.items():
-        lines.append(f'verld_modbus_unit_calls_total{{unit="{unit}",outcome="{outcome}"}} {n}')
-    what = "1 while a Modbus unit is offline (its calls fail at once)."
-    _metric(lines, "verld_modbus_unit_offline", "gauge", what)
+        calls.add(n, unit=str(unit), outcome=outcome)
+    offline = Family(
+        "verld_modbus_unit_offline",
+        "gauge",
+        "1 while a Modbus unit is offline (its calls fail at once).",
+    )
     for row in status:
-        lines.append(f'verld_modbus_unit_offline{{unit="{row["unit"]}"}} {int(row["offline"])}')
+        offline.add(int(row["offline"]), unit=str(row["unit"]))
+    return [calls, offline]
 
 
-def _ports(lines: list[str], ports: list[dict[str, Any]]) -> None:
-    """Per virtual serial port series, labelled by its link."""
-    series = (
-        ("verld_port_open", "gauge", "1 while a program has the virtual port open.", "open"),
-        ("verld_port_calls_total", "counter", "Requests programs wrote to the port.", "calls"),
-        ("verld_port_answered_total", "counter", "Port calls the device answered.", "ok"),
-        (
-            "verld_port_dropped_total",
-            "counter",
-            "Answers and events not delivered to the port (nobody there, backlog full).",
-            "dropped",
-        ),
-        (
-            "verld_port_ignored_bytes_total",
-            "counter",
-            "Bytes a program wrote that were ignored (read-only, out of step).",
-            "ignored",
-        ),
-        ("verld_port_bad_frames_total", "counter", "Malformed requests dropped.", "bad_frames"),
-    )
-    for name, kind, help_text, key in series:
-        _metric(lines, name, kind, help_text)
-        for port in ports:
-            lines.append(f'{name}{{link="{_label(port["link"])}"}} {int(port.get(key, 0))}')
-    _metric(
-        lines, "verld_port_failed_total", "counter", "Port calls that got no answer, by error code."
-    )
-    for port in ports:
-        link = _label(port["link"])
-        for code, n in sorted(port.get("failed", {}).items()):
-            lines.append(f'verld_port_failed_total{{link="{link}",code="{code}"}} {n}')
-
-
-def _network(lines: list[str], entries: list[dict[str, Any]]) -> None:
-    """Per network port series, labelled by its name."""
-    _metric(lines, "verld_network_connections", "gauge", "Connections open on the network port.")
-    for e in entries:
-        lines.append(f'verld_network_connections{{name="{_label(e["name"])}"}} {e["connections"]}')
-    _metric(
-        lines,
-        "verld_network_refused_total",
-        "counter",
-        "Connections refused at the network port, by why.",
-    )
-    for e in entries:
-        for why, n in sorted(e["refused"].items()):
-            lines.append(
-                f'verld_network_refused_total{{name="{_label(e["name"])}",why="{why}"}} {n}'
-            )
-    _metric(
-        lines,
-        "verld_network_calls_total",
-        "counter",
-        "Calls from the network port's connections, by outcome.",
-    )
-    for e in entries:
-        name = _label(e["name"])
-        for outcome, n in (("ok", e["ok"]), *sorted(e["failed"].items())):
-            lines.append(f'verld_network_calls_total{{name="{name}",outcome="{outcome}"}} {n}')
-    _metric(
-        lines,
-        "verld_network_bytes_total",
-        "counter",
-        "Bytes through the network port, by direction (in: from its connections).",
-    )
-    for e in entries:
-        name = _label(e["name"])
-        lines.append(f'verld_network_bytes_total{{name="{name}",dir="in"}} {e["bytes_in"]}')
-        lines.append(f'verld_network_bytes_total{{name="{name}",dir="out"}} {e["bytes_out"]}')
-
-
-def _label(value: str) -> str:
-    """A Prometheus label value: backslash, quote and newline escaped."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def prometheus_text(
-    st: dict[str, Any],
+def families(
+    st: Mapping[str, Any],
     latency: Histogram,
-    fronts: dict[str, dict[str, int]] | None = None,
+    fronts: Mapping[str, Mapping[str, int]] | None = None,
     units: dict[tuple[int, str], int] | None = None,
-) -> str:
-    """Prometheus text exposition (format 0.0.4) of a `status` reply and the histogram
-    (`units`: the Modbus codecs' calls by (unit, outcome); None on other codecs)."""
+    front_families: Iterable[Family] = (),
+) -> list[Family]:
+    """The metrics of a `status` reply and the latency histogram, in the order of the
+    text (`fronts`: each front's calls by outcome; `units`: the Modbus codecs' calls by
+    (unit, outcome), None on other codecs; `front_families`: the fronts' own, before
+    the histogram)."""
     c = st["counters"]
-    lines: list[str] = []
-    _metric(lines, "verld_calls_total", "counter", "Calls answered, by outcome.")
-    lines.append(f'verld_calls_total{{outcome="ok"}} {c["calls_ok"]}')
-    lines.append(f'verld_calls_total{{outcome="error"}} {c["calls_failed"]}')
-    _metric(lines, "verld_call_errors_total", "counter", "Failed calls by error code.")
+    out: list[Family] = []
+
+    def family(name: str, kind: str, help_text: str) -> Family:
+        out.append(Family(name, kind, help_text))
+        return out[-1]
+
+    calls = family("verld_calls_total", "counter", "Calls answered, by outcome.")
+    calls.add(c["calls_ok"], outcome="ok")
+    calls.add(c["calls_failed"], outcome="error")
+    errors = family("verld_call_errors_total", "counter", "Failed calls by error code.")
     for code, n in sorted(st.get("errors", {}).items()):
-        lines.append(f'verld_call_errors_total{{code="{code}"}} {n}')
-    _metric(lines, "verld_front_calls_total", "counter", "Calls answered, by front and outcome.")
+        errors.add(n, code=code)
+    by_front = family("verld_front_calls_total", "counter", "Calls answered, by front and outcome.")
     for front, outcomes in sorted((fronts or {}).items()):
         for outcome, n in sorted(outcomes.items()):
-            lines.append(f'verld_front_calls_total{{front="{front}",outcome="{outcome}"}} {n}')
+            by_front.add(n, front=front, outcome=outcome)
     for key, help_text in _COUNTERS:
-        _metric(lines, f"verld_{key}_total", "counter", help_text)
-        lines.append(f"verld_{key}_total {c[key]}")
-    _metric(
-        lines, "verld_desyncs_total", "counter", "Reconnects because the stream was out of step."
+        family(f"verld_{key}_total", "counter", help_text).add(c[key])
+    family("verld_desyncs_total", "counter", "Reconnects because the stream was out of step.").add(
+        st.get("desyncs", 0)
     )
-    lines.append(f"verld_desyncs_total {st.get('desyncs', 0)}")
     link = st["link"]
-    for key, metric, help_text in (
+    for key, name, help_text in (
         ("late", "verld_late_lines_total", "Lines dropped as late answers (after a timeout)."),
         ("unexpected", "verld_unexpected_lines_total", "Lines dropped after a no-reply command."),
     ):
-        _metric(lines, metric, "counter", help_text)
-        lines.append(f"{metric} {link.get(key, 0)}")
+        family(name, "counter", help_text).add(link.get(key, 0))
     for key, what in (("bytes", "Bytes"), ("frames", "Frames")):
-        _metric(lines, f"verld_{key}_total", "counter", f"{what} on the link, by direction.")
-        lines.append(f'verld_{key}_total{{dir="tx"}} {c[key + "_tx"]}')
-        lines.append(f'verld_{key}_total{{dir="rx"}} {c[key + "_rx"]}')
-    link = st["link"]
+        both = family(f"verld_{key}_total", "counter", f"{what} on the link, by direction.")
+        both.add(c[key + "_tx"], dir="tx")
+        both.add(c[key + "_rx"], dir="rx")
     gauges = (
         ("verld_link_up", "1 while the link is up.", int(link["state"] == "up")),
         ("verld_link_generation", "Link sessions so far.", link["generation"]),
@@ -241,18 +250,27 @@ def prometheus_text(
         ("verld_inflight", "Requests on the link awaiting a reply.", st.get("inflight", 0)),
     )
     for name, help_text, value in gauges:
-        _metric(lines, name, "gauge", help_text)
-        lines.append(f"{name} {value}")
-    _metric(lines, "verld_inhibits_total", "counter", "Times the port was let go of (inhibit).")
-    lines.append(f"verld_inhibits_total {st.get('inhibits', 0)}")
-    _metric(lines, "verld_events_dropped_total", "counter", "Events dropped for slow subscribers.")
-    lines.append(f"verld_events_dropped_total {st.get('events_dropped', 0)}")
+        family(name, "gauge", help_text).add(value)
+    family("verld_inhibits_total", "counter", "Times the port was let go of (inhibit).").add(
+        st.get("inhibits", 0)
+    )
+    family("verld_events_dropped_total", "counter", "Events dropped for slow subscribers.").add(
+        st.get("events_dropped", 0)
+    )
     if units is not None:
-        _modbus_units(lines, units, st.get("units") or [])
-    if st.get("ports"):
-        _ports(lines, st["ports"])
-    if st.get("network"):
-        _network(lines, st["network"])
-    _metric(lines, "verld_call_latency_seconds", "histogram", "Call latency, receipt to reply.")
-    lines.extend(latency.prometheus("verld_call_latency_seconds"))
-    return "\n".join(lines) + "\n"
+        out.extend(_modbus_units(units, st.get("units") or []))
+    out.extend(front_families)
+    out.append(latency.family(LATENCY, "Call latency, receipt to reply."))
+    return out
+
+
+def buckets(sent: Iterable[Mapping[str, Any]], name: str = LATENCY) -> list[tuple[float, float]]:
+    """A histogram's (upper bound, cumulative count) pairs out of `as_json`'s form."""
+    for family in sent:
+        if family["name"] == name:
+            return [
+                (float(s["labels"]["le"]), float(s["value"]))
+                for s in family["samples"]
+                if s["name"] == f"{name}_bucket"
+            ]
+    return []

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from verld.client import Reply
+from verld.fronts.figures import FIGURES
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), *range(127, 160))}  # C0, DEL, C1
 _CONTROL.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
@@ -164,8 +165,21 @@ def _unit_rows(units: object) -> Rows:
     return rows
 
 
+def _escaped(value: Any) -> Any:
+    """A reply with every string in it (keys too) through `safe`."""
+    if isinstance(value, str):
+        return safe(value)
+    if isinstance(value, dict):
+        return {safe(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    return value
+
+
 def render_status(st: dict[str, Any]) -> str:
-    """The `status` table (with per-unit rows after the others when `units` is a list)."""
+    """The `status` table: verld's rows, each front's (`FrontFigures.rows`, given the
+    reply with every text escaped), per-unit rows when `units` is a list."""
+    escaped = _escaped(st)
     c = st["counters"]
     rows = [
         *_link_rows(st),
@@ -175,81 +189,10 @@ def render_status(st: dict[str, Any]) -> str:
         ("reconnects", str(c["reconnects"])),
         ("lease", "none" if not st.get("lease") else json.dumps(st["lease"])),
         ("inhibit", _inhibit_row(st.get("inhibit"))),
-        *_modbus_rows(st.get("modbus")),
-        *_port_rows(st.get("ports")),
-        *_network_rows(st.get("network")),
+        *(row for figures in FIGURES for row in figures.rows(escaped)),
         *_unit_rows(st.get("units")),
     ]
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
-
-
-def _code(code: object) -> str:
-    """An exception code as `status.modbus.exceptions` keys it ("11"), shown 0x0b."""
-    text = str(code)
-    return f"0x{int(text):02x}" if text.isdigit() else safe(text)
-
-
-def _modbus_rows(front: Any) -> Rows:
-    """The Modbus TCP front's row, when it is on."""
-    if not isinstance(front, dict):
-        return []
-    exceptions = front.get("exceptions") or {}
-    shown = ", ".join(f"{_code(code)} x{n}" for code, n in exceptions.items()) or "none"
-    return [
-        (
-            "modbus",
-            f"{safe(front.get('listen'))}  {front.get('connections')} connections  "
-            f"calls {front.get('calls')}  exceptions {shown}  "
-            f"malformed {front.get('closed_malformed')}",
-        )
-    ]
-
-
-def _port_rows(ports: object) -> Rows:
-    """One row per virtual serial port (none without `ports:`)."""
-    if not isinstance(ports, list):
-        return []
-    rows: Rows = []
-    for p in ports:
-        if not isinstance(p, dict):
-            continue
-        failed = p.get("failed") or {}
-        shown = ", ".join(f"{safe(code)} x{n}" for code, n in failed.items()) or "0"
-        mode = "" if p.get("write", True) else "  read-only"
-        rows.append(
-            (
-                "vport",
-                f"{safe(p.get('link'))}  {'open' if p.get('open') else 'closed'}{mode}  "
-                f"calls {p.get('calls')}  ok {p.get('ok')}  failed {shown}  "
-                f"dropped {p.get('dropped')}  ignored {p.get('ignored')}",
-            )
-        )
-    return rows
-
-
-def _network_rows(entries: object) -> Rows:
-    """One row per network port (none without `network:`)."""
-    if not isinstance(entries, list):
-        return []
-    rows: Rows = []
-    for e in entries:
-        if not isinstance(e, dict):
-            continue
-        failed = ", ".join(f"{safe(k)} x{n}" for k, n in (e.get("failed") or {}).items()) or "0"
-        refused = ", ".join(f"{safe(k)} x{n}" for k, n in (e.get("refused") or {}).items()) or "0"
-        holder = f"  held by {safe(e.get('holder'))}" if e.get("holder") else ""
-        rows.append(
-            (
-                "network",
-                f"{safe(e.get('name'))} {safe(e.get('listen'))} {safe(e.get('protocol'))} "
-                f"{safe(e.get('mode'))}  {e.get('connections')} connections{holder}  "
-                f"calls {e.get('calls')}  ok {e.get('ok')}  failed {failed}  refused {refused}  "
-                f"dropped {e.get('dropped')}  ignored {e.get('ignored')}  "
-                f"bad {e.get('bad_frames', 0)}  "
-                f"bytes in {e.get('bytes_in')} out {e.get('bytes_out')}",
-            )
-        )
-    return rows
 
 
 # --- events and logs ---------------------------------------------------------------

@@ -1,7 +1,8 @@
 """`verlctl top [--interval S]`: the device and everyone using it, live, on one screen.
 
 Strategy: every `interval` seconds one look at verld (`status`, `programs`, the
-latency histogram out of `metrics`: a `topframe.Sample`), and the screen drawn from
+latency histogram's buckets out of `metrics` as data, `"format": "json"`: a
+`topframe.Sample`), and the screen drawn from
 the last two (`topframe.frame`) with curses from the standard library: nothing
 else on the terminal, colour only for trouble (red, or bold without colour). Keys:
 `q` quits (exit 0; curses gives the terminal back), `p` pauses the sampling, `s`
@@ -25,7 +26,8 @@ from typing import Any
 
 from verld.client import Client, ClientError
 from verld.ctl.codes import Usage
-from verld.ctl.topframe import SORTS, Sample, buckets_of, frame, program_rows
+from verld.ctl.topframe import SORTS, Sample, frame, program_rows
+from verld.metrics import buckets
 
 #: the name it gives verld (`hello`): its row in its own view
 NAME = "verlctl top"
@@ -37,13 +39,13 @@ def take(c: Client) -> Sample:
     """One look at verld (raises ClientError/OSError when it does not answer)."""
     status = c.status()
     programs = c.request("programs")
-    metrics = c.request("metrics")["text"]
+    metrics = c.request("metrics", format="json")["families"]
     return Sample(
         time.monotonic(),
         status,
         programs.get("programs", []),
         programs.get("link_changes", []),
-        buckets_of(metrics),
+        buckets(metrics),
     )
 
 

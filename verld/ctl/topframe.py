@@ -16,14 +16,12 @@ errors, failed calls, an offline unit), which the terminal shows in colour.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 #: the sort orders `s` cycles through
 SORTS = ("calls/s", "failed", "waiting", "name")
-_BUCKET = re.compile(r'^verld_call_latency_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.M)
 
 Line = tuple[str, bool]  #: a line of the screen, and whether it shows trouble
 
@@ -37,11 +35,6 @@ class Sample:
     programs: list[dict[str, Any]] = field(default_factory=list)
     link_changes: list[dict[str, Any]] = field(default_factory=list)
     buckets: list[tuple[float, float]] = field(default_factory=list)  #: (le, cumulative count)
-
-
-def buckets_of(metrics: str) -> list[tuple[float, float]]:
-    """The latency histogram's (upper bound, cumulative count) pairs from `metrics` text."""
-    return [(float(le), float(n)) for le, n in _BUCKET.findall(metrics)]
 
 
 Buckets = list[tuple[float, float]]

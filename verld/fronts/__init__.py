@@ -2,43 +2,14 @@
 
 Every front implements `protocol.Front` (claim, start, reload, stop accepting,
 status, close) and is made as `Front(cfg, core)`; the daemon keeps them in a list
-and drives them through that protocol only. `FRONTS` below is that list: one line
-per front, in `status` order (the daemon starts them in the reverse order, so the
-API socket answers last), with the event logged when the front cannot claim or
-start what it serves. Every front is made whatever the config: one with nothing
-to serve (no `ports`, no `network`, no `modbus.listen`) claims and starts nothing, shows an empty
-part in `status`, and can begin serving on a reload.
+and drives them through that protocol only: `registry.FRONTS`. How a front's part
+of `status` reads (its metrics, its rows in `verlctl status`) is its
+`protocol.FrontFigures`, in `NAME/figures.py` next to it, listed in
+`figures.FIGURES`.
 
 `api/` is the Unix-socket JSON API, `modbus/` the Modbus TCP server (every TCP
 connection a client of the same fair queue), `ports/` the virtual serial ports,
 `network/` the network ports (raw TCP, telnet, RFC 2217; shared or passthrough).
+Nothing is imported here, so importing a submodule loads only what it needs
+(verlctl imports `figures` without any front's machinery).
 """
-
-from __future__ import annotations
-
-from collections.abc import Callable
-from typing import NamedTuple
-
-from verld.config import Config
-from verld.fronts.api import ApiServer
-from verld.fronts.base import Core
-from verld.fronts.modbus import ModbusServer
-from verld.fronts.network.front import NetworkFront
-from verld.fronts.ports.front import PortsFront
-from verld.fronts.protocol import Front
-
-
-class Registration(NamedTuple):
-    """One front: how it is made, and the event logged when it cannot serve."""
-
-    make: Callable[[Config, Core], Front]
-    fails: str
-
-
-#: every front, in `status` order
-FRONTS: tuple[Registration, ...] = (
-    Registration(ApiServer, fails="cannot_serve"),
-    Registration(ModbusServer, fails="cannot_serve_modbus"),
-    Registration(PortsFront, fails="cannot_create_port"),
-    Registration(NetworkFront, fails="cannot_serve_network"),
-)

@@ -9,7 +9,9 @@ Every owner is a client of the same fair queue, under the same limits and leases
 each front's calls are counted by outcome (`verld_front_calls_total{front,outcome}`)
 by the session as they end. The daemon runs, reconfigures and stops the device
 through the same object, and `status` (and the metrics) are assembled here once:
-the session's part, then each front's (`Front.status`).
+the session's part, then each front's (`Front.status`); the metrics are made from
+that `status`, verld's own (`verld.metrics.families`) and each front's
+(`FrontFigures.metrics`, `verld.fronts.figures.FIGURES`).
 
 Core makes the session and its supervisor and is the only code that touches them:
 every use of either is one of its methods.
@@ -28,11 +30,13 @@ from typing import Any
 from verld.alarm import Clock
 from verld.codec.registry import CodecSpec, retry_of, spec_of
 from verld.config import Config
+from verld.fronts.figures import FIGURES
 from verld.fronts.leases import LeaseRefused, Leases, Shown
 from verld.fronts.protocol import CannotServe, Front, FrontCounts, Listener
 from verld.links.link import LinkState, Transition
 from verld.links.port import PortKind, RawPort, open_port, port_kind
-from verld.metrics import prometheus_text
+from verld.links.rfc2217 import Rfc2217Link
+from verld.metrics import Family, exposition, families
 from verld.session.calls import Call, CallResult
 from verld.session.receiving import TrafficTap
 from verld.session.session import Session, WireTap
@@ -75,7 +79,8 @@ class Core:
         sockets: Mapping[str, socket.socket | None] | None = None,
     ) -> None:
         """`port`: the device's (default `device.port`); `sockets`: those systemd
-        passed, by name ("api", "modbus"), each for its front to `take_socket`."""
+        passed, by name ("api", "modbus", "net-NAME"), each for its front to
+        `take_socket`."""
         self.cfg = cfg
         self.listeners: list[Listener] = []
         #: the fronts serving over this core, in `status` order (the daemon's list)
@@ -253,11 +258,9 @@ class Core:
         """The socket systemd passed for `name` ("api", "modbus"), once; None: none."""
         return self._sockets.pop(name, None)
 
-    def take_sockets(self, prefix: str) -> dict[str, socket.socket]:
-        """Every socket systemd passed whose name starts with `prefix` ("net-"), by the
-        rest of its name, once."""
-        names = [name for name in self._sockets if name.startswith(prefix)]
-        return {name.removeprefix(prefix): self._sockets.pop(name) for name in names}
+    def passed_sockets(self) -> list[str]:
+        """The names of the sockets systemd passed that no front has taken yet."""
+        return list(self._sockets)
 
     # --- for fronts: the device -----------------------------------------------------
     @property
@@ -363,19 +366,24 @@ class Core:
         st["uptime"] = round(time.time() - self.started, 3)
         for front in self.fronts:
             st.update(front.status())
-        dev = self.cfg.device
         kind = port_kind(self.port)
-        if kind is PortKind.RFC2217:  # the server's modem lines, as last told
-            modem = getattr(self._session.attached, "modem", None)
-            st["link"]["modem"] = dict(modem or self._modem_seen)
-            if modem is not None:
-                self._modem_seen = dict(modem)
+        if kind is PortKind.RFC2217:
+            st["link"]["modem"] = self._server_modem()
         if kind is not PortKind.TCP:  # serial, rfc2217: show the line settings
+            dev = self.cfg.device
             st["link"]["settings"] = (
                 f"{dev.baudrate} {dev.bytesize}{dev.parity[0].upper()}{dev.stopbits:g}"
                 + (" rtscts" if dev.rtscts else "")
             )
         return st
+
+    def _server_modem(self) -> dict[str, bool]:
+        """An rfc2217:// link's modem lines, as its server last told them (kept while
+        the link is down; all off until the server first tells)."""
+        transport = self._session.attached
+        if isinstance(transport, Rfc2217Link):
+            self._modem_seen = dict(transport.modem)
+        return dict(self._modem_seen)
 
     def programs(self) -> dict[str, Any]:
         """The `programs` reply (docs/protocol.md): every front's programs, and the last
@@ -387,11 +395,18 @@ class Core:
         """Each front's calls by outcome (`verld_front_calls_total{front,outcome}`)."""
         return {name: dict(c.outcomes) for name, c in sorted(self._counts.items())}
 
-    def metrics_text(self) -> str:
-        """`status` and the latency histogram in Prometheus text format."""
+    def metrics(self) -> list[Family]:
+        """The metrics (the `metrics` op, `metrics.listen`), from one `status`: verld's
+        own, the latency histogram, and each front's from its part of it."""
+        st = self.status()
         session = self._session
+        fronts = [family for figures in FIGURES for family in figures.metrics(st)]
         units = session.line.unit_calls()
-        return prometheus_text(self.status(), session.stats.latency, self.front_calls(), units)
+        return families(st, session.stats.latency, self.front_calls(), units, fronts)
+
+    def metrics_text(self) -> str:
+        """`metrics` in the Prometheus text exposition format."""
+        return exposition(self.metrics())
 
 
 def _nothing() -> None:

@@ -3,16 +3,23 @@
 `Front` is the small protocol the daemon drives every front by (claim, start,
 reload, stop accepting, status, close); `Listener` is what a front hears from the
 device through the core; `FrontCounts` its calls by outcome; `CannotServe` how a
-front says it cannot serve, naming what is in the way.
+front says it cannot serve, naming what is in the way; `FrontFigures` how its part
+of `status` reads as metrics and as verlctl's rows (light: verlctl imports it).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict
 
 from verld.config import Config
 from verld.errors import ServeError
 from verld.links.link import Transition
+from verld.metrics import Family
+
+#: rows of `verlctl status`: (label, text)
+Rows = list[tuple[str, str]]
 
 
 class Listener(Protocol):
@@ -25,11 +32,12 @@ class Listener(Protocol):
 
 class Front(Protocol):
     """A way in for programs (the JSON API, virtual ports, Modbus TCP, ...): the
-    daemon keeps a list of them (`verld.fronts.FRONTS`), each made as
+    daemon keeps a list of them (`verld.fronts.registry.FRONTS`), each made as
     `Front(cfg, core)`, and drives each through these steps only. Making one does
     nothing outside it: no file, socket or lock until `claim`."""
 
-    #: what it is called ("api", "modbus", "ports")
+    #: its one name ("api", "modbus", "port", "network"): the `front` of its
+    #: `programs` rows and `verld_front_calls_total`'s label, its counts' (`core.front`)
     name: str
 
     async def claim(self) -> None:
@@ -69,6 +77,18 @@ class Front(Protocol):
         ...
 
 
+class StreamFigures(TypedDict):
+    """A byte-stream program's figures (`ProgramStream.figures`), part of each
+    `status.ports` and `status.network` entry (docs/protocol.md)."""
+
+    calls: int
+    ok: int
+    failed: dict[str, int]
+    dropped: int
+    ignored: int
+    bad_frames: int
+
+
 class CannotServe(ServeError):
     """A front cannot serve: the message says why, `fields` what (socket=PATH,
     listen=HOST:PORT, link=PATH) for the log line; `exit_code` 2 for a setup that
@@ -94,3 +114,22 @@ class FrontCounts:
     def add(self, outcome: str) -> None:
         """Count a call that ended before reaching the core (refused by the front)."""
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+@dataclass(frozen=True)
+class FrontFigures:
+    """How a front's part of the `status` reply reads, from that reply alone (no I/O,
+    nothing of the front's machinery): verld makes the front's metrics with it and
+    verlctl its rows of `verlctl status`. Each front's lives next to it
+    (`verld/fronts/NAME/figures.py`, with the TypedDict of its part that the front's
+    `status` returns: `PortStatus`, `EntryStatus`, `ModbusStatus`), and
+    `verld.fronts.figures.FIGURES` lists them. They read the reply as verlctl gets
+    it, JSON from the wire: defensively, not trusting that shape."""
+
+    #: the front's one name (`Front.name`)
+    name: str
+    #: its metric families, from the `status` reply (after the daemon's own)
+    metrics: Callable[[Mapping[str, Any]], list[Family]]
+    #: its rows of `verlctl status`, from the `status` reply, every text in it escaped
+    #: already (`verld.ctl.render.safe`); none while it has nothing to show
+    rows: Callable[[Mapping[str, Any]], Rows]

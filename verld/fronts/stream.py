@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -50,6 +50,7 @@ from verld.codec.base import PortFraming, PortRequest
 from verld.codec.registry import spec_of
 from verld.config import Config
 from verld.errors import ErrorCode
+from verld.fronts.protocol import StreamFigures
 from verld.session.bus import silent_gap
 from verld.session.calls import Call, CallResult
 
@@ -403,7 +404,7 @@ class ProgramStream:
         return self._outstanding + len(self._pending)
 
     # --- figures --------------------------------------------------------------------------------
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> StreamFigures:
         """Its calls, answers, drops and ignored input, for the front's `status`."""
         st, framing = self.stats, self.framing
         return {

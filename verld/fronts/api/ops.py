@@ -19,6 +19,7 @@ from verld.fronts.api.dispatch import Dispatcher, Handler, Op
 from verld.fronts.api.peer import Peer
 from verld.fronts.leases import LeaseRefused
 from verld.logs import RING
+from verld.metrics import as_json
 from verld.roles import ROLE_RANK
 from verld.session.calls import CallResult
 
@@ -115,7 +116,14 @@ def logs(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
 
 
 def metrics(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
-    _ok(peer, req, text=api.core.metrics_text())
+    """The Prometheus text, or with `"format": "json"` the same metrics as data."""
+    form = req.body.get("format", "text")
+    if form == "json":
+        _ok(peer, req, families=as_json(api.core.metrics()))
+    elif form == "text":
+        _ok(peer, req, text=api.core.metrics_text())
+    else:
+        raise ApiError(ErrorCode.BAD_REQUEST, '\'format\' must be "text" or "json"', req.id)
 
 
 def reconnect(api: Dispatcher, peer: Peer, req: wire.Request) -> None:

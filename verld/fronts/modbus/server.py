@@ -22,6 +22,7 @@ from verld.config import Config
 from verld.fronts.base import CannotServe, Core
 from verld.fronts.listening import bind_listen
 from verld.fronts.modbus.conn import ModbusConn, ModbusStats
+from verld.fronts.modbus.figures import FIGURES, ModbusStatus
 from verld.fronts.network.refusals import Refusals
 from verld.reloads import Serialised
 
@@ -31,7 +32,7 @@ log = structlog.get_logger("verld.modbus")
 class ModbusServer:
     """The Modbus TCP front over one core."""
 
-    name = "modbus"
+    name = FIGURES.name
 
     def __init__(self, cfg: Config, core: Core) -> None:
         self.core = core
@@ -143,7 +144,7 @@ class ModbusServer:
         """One row per Modbus TCP connection (`programs`)."""
         return [
             {
-                "front": "modbus",
+                "front": self.name,
                 "who": conn.peer,
                 "calls": conn.calls,
                 "ok": conn.ok,
@@ -153,7 +154,7 @@ class ModbusServer:
             for conn in self.conns
         ]
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, ModbusStatus | None]:
         """`status.modbus` (null while it does not listen)."""
         if not self._servers:
             return {"modbus": None}

@@ -18,8 +18,10 @@ from typing import Any
 
 from verld.codec.registry import retry_of
 from verld.fronts.network.comport import ComPortServer
+from verld.fronts.network.figures import FIGURES
 from verld.fronts.network.peer import PeerIO
 from verld.fronts.network.state import EntryState
+from verld.fronts.protocol import StreamFigures
 from verld.fronts.stream import GONE, ProgramStream
 
 #: bytes of one shared connection handled in one turn of the event loop
@@ -27,8 +29,8 @@ TURN = 16384
 #: bytes read ahead of the turns before reading pauses: pausing at every turn made
 #: uvloop 0.22+ (Python 3.13) read a flood at ~75 KB/s on a busy machine
 HELD_MAX = 16 * TURN
-#: the network front's calls in `verld_front_calls_total{front}` and its log events' prefix
-KIND = "network"
+#: the network front (`verld_front_calls_total{front}`) and its log events' prefix
+KIND = FIGURES.name
 
 
 class SharedConn(asyncio.Protocol):
@@ -200,7 +202,7 @@ class SharedConn(asyncio.Protocol):
         """Its `programs` row."""
         fig = self.figures()
         return {
-            "front": "network",
+            "front": KIND,
             "who": f"{self.entry.label} {self.peer}",
             "passthrough": False,
             "calls": fig["calls"],
@@ -211,9 +213,9 @@ class SharedConn(asyncio.Protocol):
             "bytes_out": self.io.bytes_out,
         }
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> StreamFigures:
         """Its calls and drops so far, for the entry's totals."""
-        fig: dict[str, Any] = (
+        fig: StreamFigures = (
             self.stream.figures()
             if self.stream is not None
             else {"calls": 0, "ok": 0, "failed": {}, "dropped": 0, "ignored": 0, "bad_frames": 0}

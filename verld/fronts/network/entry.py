@@ -28,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
 from verld.config import Config, NetworkConfig
 from verld.fronts.network.access import allowed, host_of, keepalive, tls_context
 from verld.fronts.network.conn import SharedConn
+from verld.fronts.network.figures import EntryStatus
 from verld.fronts.network.passthrough import PassthroughConn
 from verld.fronts.network.refusals import Refusals
 from verld.fronts.network.relay import MODEM_POLL
@@ -49,7 +50,13 @@ log = structlog.get_logger("verld.network")
 #: one connection of an entry, by its mode
 Conn = SharedConn | PassthroughConn
 #: a connection's counts summed into the entry's (`failed`, a map, apart)
-_COUNTS = ("calls", "ok", "dropped", "ignored", "bad_frames")
+_COUNTS: tuple[Literal["calls", "ok", "dropped", "ignored", "bad_frames"], ...] = (
+    "calls",
+    "ok",
+    "dropped",
+    "ignored",
+    "bad_frames",
+)
 #: seconds a TLS handshake may take before the connection is closed (why `tls`)
 HANDSHAKE_TIMEOUT = 10.0
 #: TLS handshakes one source address may have in progress (more: refused, why `limit`)
@@ -316,7 +323,7 @@ class Entry:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- figures ----------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> EntryStatus:
         """Its `status.network` entry."""
         counts = {key: self._totals[key] for key in _COUNTS}
         failed = dict(self._totals["failed"])

@@ -28,8 +28,9 @@ from verld.config.network import exposed
 from verld.errors import ServeError
 from verld.fronts.listening import bind_listen
 from verld.fronts.network.access import host_of, private_network
-from verld.fronts.network.conn import KIND, SharedConn
+from verld.fronts.network.conn import SharedConn
 from verld.fronts.network.entry import Entry
+from verld.fronts.network.figures import FIGURES, EntryStatus
 from verld.fronts.protocol import CannotServe
 from verld.links.link import Transition
 from verld.reloads import Serialised
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("verld.network")
 
+#: the name of a socket systemd passes for an entry: `net-` and the entry's name
+_PASSED = "net-"
 #: settings that make an entry's connections start afresh (closed) on reload
 _RESTART = ("protocol", "mode", "tls")
 #: settings the stream decoders are built from: a change resets every decoder
@@ -48,7 +51,7 @@ _FRAMING_KEYS = ("device.codec", "device.max_payload", "device.line")
 class NetworkFront:
     """All network ports over one core."""
 
-    name = "network"
+    name = FIGURES.name
 
     def __init__(self, cfg: Config, core: Core) -> None:
         self.cfg = cfg
@@ -56,14 +59,17 @@ class NetworkFront:
         self.entries: dict[str, Entry] = {}  #: by `listen`
         self._socks: dict[str, tuple[list[socket.socket], bool]] = {}  #: claimed, by `listen`
         self._reloads = Serialised("network")  #: a reload's entries ended and bound, in turn
-        core.front(KIND)  # (its calls show as 0 before the first)
+        core.front(self.name)  # (its calls show as 0 before the first)
 
     # --- the Front protocol -------------------------------------------------------------------
     async def claim(self) -> None:
         """Each entry's socket (passed or bound here); see the module docstring."""
-        passed = self.core.take_sockets("net-")
         by_name = {conf.label: conf for conf in self.cfg.network}
-        for name, sock in passed.items():
+        for passed in self.core.passed_sockets():
+            sock = self.core.take_socket(passed) if passed.startswith(_PASSED) else None
+            if sock is None:  # (another front's)
+                continue
+            name = passed.removeprefix(_PASSED)
             conf = by_name.get(name)
             if conf is None:
                 sock.detach()
@@ -161,7 +167,7 @@ class NetworkFront:
         """One row per network connection (`programs`)."""
         return [conn.row() for entry in self.entries.values() for conn in entry.conns]
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, list[EntryStatus]]:
         """`status.network`: one entry per network port, in config order."""
         return {"network": [entry.status() for entry in self.entries.values()]}
 

@@ -17,9 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from verld.fronts.network.comport import ComPortServer
+from verld.fronts.network.figures import FIGURES
 from verld.fronts.network.peer import PeerIO
 from verld.fronts.network.relay import Relay
 from verld.fronts.network.state import EntryState
+from verld.fronts.protocol import StreamFigures
 
 
 class PassthroughConn(asyncio.Protocol):
@@ -107,7 +109,7 @@ class PassthroughConn(asyncio.Protocol):
     def row(self) -> dict[str, Any]:
         """Its `programs` row: the bytes relayed."""
         return {
-            "front": "network",
+            "front": FIGURES.name,
             "who": f"{self.entry.label} {self.peer}",
             "passthrough": True,
             "calls": 0,
@@ -118,7 +120,7 @@ class PassthroughConn(asyncio.Protocol):
             "bytes_out": self.io.bytes_out,
         }
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> StreamFigures:
         """Its drops so far (it makes no calls), for the entry's totals."""
         wire = self.io.figures()
         return {

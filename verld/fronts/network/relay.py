@@ -28,6 +28,7 @@ import structlog
 
 from verld.codec.rfc2217 import SERVER, Cmd
 from verld.errors import OpenError
+from verld.fronts.network.figures import FIGURES
 from verld.fronts.network.peer import PeerIO
 from verld.links.port import RawPort, open_port
 
@@ -61,7 +62,7 @@ class Relay:
             "uid": None,
             "client": self.who,
             "since": round(time.time(), 3),
-            "front": "network",
+            "front": FIGURES.name,
         }
         self.port: RawPort | None = None  #: the port, once held and open
         self._asked: dict[int, int] = {}  #: the client's commands forwarded, not yet answered

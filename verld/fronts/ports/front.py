@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from verld.config import Config, PortConfig
-from verld.fronts.ports.port import KIND, VirtualPort
+from verld.fronts.ports.figures import FIGURES, PortStatus
+from verld.fronts.ports.port import VirtualPort
 from verld.fronts.ports.pty import PortSetupError, claim_link
 from verld.links.link import Transition
 
@@ -37,14 +38,14 @@ _FRAMING_KEYS = ("device.codec", "device.max_payload", "device.line")
 class PortsFront:
     """All virtual serial ports over one core."""
 
-    name = "ports"
+    name = FIGURES.name
 
     def __init__(self, cfg: Config, core: Core) -> None:
         self.cfg = cfg
         self.core = core
         self.ports: dict[str, VirtualPort] = {}
         self._claims: dict[str, Lock] = {}  #: links claimed, not yet handed to a port
-        core.front(KIND)  # (its calls show as 0 before the first)
+        core.front(self.name)  # (its calls show as 0 before the first)
 
     async def claim(self) -> None:
         """Own every configured link (its lock) before anything is created;
@@ -138,6 +139,6 @@ class PortsFront:
         """One row per port (`programs`)."""
         return [port.row() for port in self.ports.values()]
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, list[PortStatus]]:
         """`status.ports`: one entry per port, in config order."""
         return {"ports": [port.status() for port in self.ports.values()]}

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from verld.config import Config, PortConfig
+from verld.fronts.ports.figures import FIGURES, PortStatus
 from verld.fronts.ports.pty import DETACHED, PtyPort
 from verld.fronts.stream import GONE, ProgramStream
 
@@ -32,8 +33,8 @@ log = structlog.get_logger("verld.ports")
 #: writes at once waits at most this long (two syscalls a look: no CPU to speak of)
 ATTACH_POLL = 0.1
 
-#: the ports' calls in `verld_front_calls_total{front}` and their log events' prefix
-KIND = "port"
+#: the ports' front (`verld_front_calls_total{front}`) and their log events' prefix
+KIND = FIGURES.name
 
 
 class VirtualPort:
@@ -157,7 +158,7 @@ class VirtualPort:
         """This port's `programs` row."""
         st, stream = self.stream.stats, self.stream
         return {
-            "front": "port",
+            "front": KIND,
             "who": self.link,
             "open": stream.attached,
             "calls": st.calls,
@@ -166,7 +167,7 @@ class VirtualPort:
             "waiting": stream.waiting,
         }
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> PortStatus:
         """This port's `status.ports` entry."""
         return {
             "link": self.link,
