@@ -162,17 +162,14 @@ class TestVerlctl:
 @pytest.fixture
 def line_daemon(tmp_path: Path) -> Iterator[DaemonProc]:
     """verld on a verld-sim speaking `line` (PING answered PONG, no idle pings)."""
-    sim = SimProc(tmp_path, codec="line")
-    overrides = {
-        "device": {"codec": "line", "timeout": 0.5, "retry": 0},
-        "heartbeat": {"interval": 60, "misses": 3, "timeout": 0.5, "payload": "PING"},
-    }
-    try:
+    with SimProc(tmp_path, codec="line") as sim:
+        overrides = {
+            "device": {"codec": "line", "timeout": 0.5, "retry": 0},
+            "heartbeat": {"interval": 60, "misses": 3, "timeout": 0.5, "payload": "PING"},
+        }
         d = DaemonProc(write_config(tmp_path, sim.link, overrides))
         yield d
         d.stop()
-    finally:
-        sim.stop()
 
 
 class TestNoReply:
@@ -254,15 +251,12 @@ class TestHttpMetrics:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        d = DaemonProc(
+        with DaemonProc(
             write_config(tmp_path, sim.link, {"metrics": {"listen": f"127.0.0.1:{port}"}})
-        )
-        try:
+        ) as d:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
                 text = resp.read().decode()
             assert "verld_link_up 1" in text
-        finally:
-            d.stop()
 
 
 class TestAsyncClient:
@@ -315,12 +309,11 @@ class TestDefaultSocket:
             pytest.skip("a system verld socket exists here: verlctl takes that one")
         xdg = Path(sim.link).parent / "xdg"
         xdg.mkdir()
-        d = DaemonProc(
+        with DaemonProc(
             write_config(
                 Path(sim.link).parent, sim.link, {"api": {"socket": str(xdg / "verld.sock")}}
             )
-        )
-        try:
+        ) as d:
             env = {k: v for k, v in os.environ.items() if k != "VERLD_SOCKET"}
             r = subprocess.run(
                 [sys.executable, "-m", "verld.ctl", "status"],
@@ -332,8 +325,6 @@ class TestDefaultSocket:
             )
             assert r.returncode == 0, r.stderr
             assert "link        up (connected)" in r.stdout
-        finally:
-            d.stop()
 
     def test_unreachable_default_says_how_to_name_a_socket(self, tmp_path: Path) -> None:
         """No daemon on the default socket: exit 3, one line naming it and --socket."""

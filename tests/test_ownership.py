@@ -339,8 +339,7 @@ def test_a_second_start_of_the_same_config_exits_1_and_harms_nothing(
     # socket answers; at exit the first removes all of it.
     links = [tmp_path / "ttyA", tmp_path / "ttyB"]
     config = _config(tmp_path, sim, links)
-    first = DaemonProc(config)
-    try:
+    with DaemonProc(config) as first:
         before = _files(tmp_path)
         assert set(before) == {
             "ttyA",
@@ -357,7 +356,6 @@ def test_a_second_start_of_the_same_config_exits_1_and_harms_nothing(
         for link in links:
             assert _ask(link) == b"PONG\n"
         assert first.client().call(b"PING").text == "PONG"
-    finally:
         assert first.stop() == 0
     assert _files(tmp_path) == {}
 
@@ -369,10 +367,9 @@ def test_a_second_verld_with_another_socket_but_the_same_link_exits_1_naming_the
     """A second verld sharing only the first's port link exits 1 naming the link and holder."""
     # Its own socket and lock are not left behind.
     link = tmp_path / "ttyA"
-    first = DaemonProc(_config(tmp_path, sim, [link]))
-    other = tmp_path / "b"
-    other.mkdir()
-    try:
+    with DaemonProc(_config(tmp_path, sim, [link])) as first:
+        other = tmp_path / "b"
+        other.mkdir()
         pts = os.readlink(link)
         error = _refusal(_run_verld(_config(other, sim, [link])))
         assert error["event"] == "cannot_create_port"
@@ -381,7 +378,6 @@ def test_a_second_verld_with_another_socket_but_the_same_link_exits_1_naming_the
         assert os.readlink(link) == pts
         assert sorted(os.listdir(other)) == ["verld.yaml"]  # (no socket, no lock left)
         assert _ask(link) == b"PONG\n"
-    finally:
         assert first.stop() == 0
 
 
@@ -396,13 +392,11 @@ def test_leftovers_nobody_holds_are_replaced(tmp_path: Path, sim: SimProc) -> No
     dead.close()
     for name in ("ttyA.lock", "verld.sock.lock"):
         (tmp_path / name).write_text(f"{2**22 + 1}\n")
-    daemon = DaemonProc(_config(tmp_path, sim, [link]))
-    try:
+    with DaemonProc(_config(tmp_path, sim, [link])) as daemon:
         assert os.readlink(link) != "/dev/pts/9999"
         assert _ask(link) == b"PONG\n"
         for name in ("ttyA.lock", "verld.sock.lock"):
             assert (tmp_path / name).read_text() == f"{daemon.pid}\n"
-    finally:
         assert daemon.stop() == 0
     assert _files(tmp_path) == {}
 

@@ -70,11 +70,8 @@ def test_a_link_whose_directory_is_missing_stops_verld_at_start_with_exit_1(
     tmp_path: Path,
 ) -> None:
     """ports[].link in a directory that does not exist: verld says so and exits 1."""
-    sim = SimProc(tmp_path, codec="line")
-    try:
+    with SimProc(tmp_path, codec="line") as sim:
         result = _run_verld(_config(tmp_path, sim, "line", [{"link": str(tmp_path / "no/ttyV0")}]))
-    finally:
-        sim.stop()
     assert result.returncode == 1
     assert "cannot_create_port" in result.stdout + result.stderr
     assert "does not exist" in result.stdout + result.stderr
@@ -86,11 +83,8 @@ def test_a_link_path_holding_another_file_is_left_alone_and_verld_exits_1(
     """A regular file where the link should go is not verld's: untouched, exit 1."""
     victim = tmp_path / "ttyV0"
     victim.write_text("precious")
-    sim = SimProc(tmp_path, codec="line")
-    try:
+    with SimProc(tmp_path, codec="line") as sim:
         result = _run_verld(_config(tmp_path, sim, "line", [{"link": str(victim)}]))
-    finally:
-        sim.stop()
     assert result.returncode == 1
     assert victim.read_text() == "precious"
 
@@ -99,16 +93,15 @@ def test_links_exist_while_verld_runs_and_are_removed_at_exit(tmp_path: Path) ->
     """A link left by an earlier verld is replaced; at SIGTERM every link goes."""
     stale = tmp_path / "ttyA"
     stale.symlink_to("/dev/pts/999")
-    sim = SimProc(tmp_path, codec="line")
-    links = [tmp_path / "ttyA", tmp_path / "ttyB"]
-    daemon = DaemonProc(_config(tmp_path, sim, "line", [{"link": str(p)} for p in links]))
-    try:
-        for link in links:
-            assert os.readlink(link).startswith("/dev/pts/") and link.resolve().exists()
-        assert os.readlink(stale) != "/dev/pts/999"
-    finally:
-        assert daemon.stop() == 0
-        sim.stop()
+    with SimProc(tmp_path, codec="line") as sim:
+        links = [tmp_path / "ttyA", tmp_path / "ttyB"]
+        with DaemonProc(
+            _config(tmp_path, sim, "line", [{"link": str(p)} for p in links])
+        ) as daemon:
+            for link in links:
+                assert os.readlink(link).startswith("/dev/pts/") and link.resolve().exists()
+            assert os.readlink(stale) != "/dev/pts/999"
+            assert daemon.stop() == 0
     assert not any(os.path.lexists(link) for link in links)
 
 
@@ -261,21 +254,19 @@ def test_reload_applies_a_ports_new_write_and_mode_settings(tmp_path: Path) -> N
 def test_a_verl_reply_carries_the_programs_own_seq(tmp_path: Path) -> None:
     """A verl request with seq 0xBEEF gets a reply frame of seq 0xBEEF, whatever seq verld used."""
     # Whatever seq verld used on the link.
-    sim = SimProc(tmp_path, codec="verl")
-    link = str(tmp_path / "ttyV")
-    daemon = DaemonProc(_config(tmp_path, sim, "verl", [{"link": link}]))
-    try:
-        with serial.Serial(link, timeout=2) as port:
-            port.write(encode_frame(Kind.REQUEST, 0xBEEF, b"\x01hello"))
-            frames: list[Any] = []
-            decoder = FrameDecoder(4096, frozenset({Kind.REPLY, Kind.EVENT}))
-            deadline = time.monotonic() + 5
-            while not frames and time.monotonic() < deadline:
-                frames += decoder.feed(port.read(64))
-        assert [(f.kind, f.seq, f.payload) for f in frames] == [(Kind.REPLY, 0xBEEF, b"\x00hello")]
-    finally:
-        daemon.stop()
-        sim.stop()
+    with SimProc(tmp_path, codec="verl") as sim:
+        link = str(tmp_path / "ttyV")
+        with DaemonProc(_config(tmp_path, sim, "verl", [{"link": link}])) as daemon:
+            with serial.Serial(link, timeout=2) as port:
+                port.write(encode_frame(Kind.REQUEST, 0xBEEF, b"\x01hello"))
+                frames: list[Any] = []
+                decoder = FrameDecoder(4096, frozenset({Kind.REPLY, Kind.EVENT}))
+                deadline = time.monotonic() + 5
+                while not frames and time.monotonic() < deadline:
+                    frames += decoder.feed(port.read(64))
+            assert [(f.kind, f.seq, f.payload) for f in frames] == [
+                (Kind.REPLY, 0xBEEF, b"\x00hello")
+            ]
 
 
 def test_a_modbus_rtu_master_reads_registers_through_a_port(tmp_path: Path) -> None:
@@ -315,29 +306,25 @@ def test_a_modbus_rtu_master_reads_registers_through_a_port(tmp_path: Path) -> N
 
 def test_a_modbus_tcp_port_answers_with_the_programs_transaction_id(tmp_path: Path) -> None:
     """MBAP requests written to a modbus-tcp port get responses with their own transaction ids."""
-    sim = SimProc(tmp_path, "--units", "1", codec="modbus-tcp", tcp=True)
-    link = str(tmp_path / "ttyT")
-    daemon = DaemonProc(
-        write_config(
-            tmp_path,
-            sim.address,
-            {
-                "device": {"codec": "modbus-tcp"},
-                "heartbeat": {"interval": 0},
-                "ports": [{"link": link}],
-            },
-        )
-    )
-    try:
-        with serial.Serial(link, timeout=2) as port:
-            port.write(mbap_frame(0x1234, bytes.fromhex("0103000a0002")))
-            port.write(mbap_frame(0x0042, bytes.fromhex("010300000001")))
-            got = port.read(2 * (6 + 7)) + port.read(6 + 5)
-        assert got.startswith(mbap_frame(0x1234, bytes.fromhex("010304000a000b")))
-        assert got.endswith(mbap_frame(0x0042, bytes.fromhex("0103020000")))
-    finally:
-        daemon.stop()
-        sim.stop()
+    with SimProc(tmp_path, "--units", "1", codec="modbus-tcp", tcp=True) as sim:
+        link = str(tmp_path / "ttyT")
+        with DaemonProc(
+            write_config(
+                tmp_path,
+                sim.address,
+                {
+                    "device": {"codec": "modbus-tcp"},
+                    "heartbeat": {"interval": 0},
+                    "ports": [{"link": link}],
+                },
+            )
+        ) as daemon:
+            with serial.Serial(link, timeout=2) as port:
+                port.write(mbap_frame(0x1234, bytes.fromhex("0103000a0002")))
+                port.write(mbap_frame(0x0042, bytes.fromhex("010300000001")))
+                got = port.read(2 * (6 + 7)) + port.read(6 + 5)
+            assert got.startswith(mbap_frame(0x1234, bytes.fromhex("010304000a000b")))
+            assert got.endswith(mbap_frame(0x0042, bytes.fromhex("0103020000")))
 
 
 def test_verld_waits_for_the_program_without_spinning_after_a_close(tmp_path: Path) -> None:

@@ -154,24 +154,20 @@ class TestUnplug:
     @pytest.mark.parametrize("codec", ["length", "line"])
     def test_replug_on_the_other_codecs(self, tmp_path: Path, codec: str) -> None:
         """length and line links come back after an unplug too, with the next generation."""
-        sim = SimProc(tmp_path, codec=codec)
-        overrides: dict[str, Any] = {"device": {"codec": codec}}
-        if codec == "line":
-            overrides["heartbeat"] = {"payload": "PING"}
-        d = DaemonProc(write_config(tmp_path, sim.link, overrides))
-        request = b"\x01abc" if codec == "length" else b"ECHO abc"
-        try:
-            c = d.client()
-            assert c.call(request).data == b"abc"
-            sim.control("unplug 0")
-            d.wait_state("down", 5)
-            assert error_code(c, request) == "link_down"
-            sim.control("replug")
-            d.wait_state("up", 5, min_generation=2)
-            assert c.call(request).data == b"abc"
-        finally:
-            d.stop()
-            sim.stop()
+        with SimProc(tmp_path, codec=codec) as sim:
+            overrides: dict[str, Any] = {"device": {"codec": codec}}
+            if codec == "line":
+                overrides["heartbeat"] = {"payload": "PING"}
+            with DaemonProc(write_config(tmp_path, sim.link, overrides)) as d:
+                request = b"\x01abc" if codec == "length" else b"ECHO abc"
+                c = d.client()
+                assert c.call(request).data == b"abc"
+                sim.control("unplug 0")
+                d.wait_state("down", 5)
+                assert error_code(c, request) == "link_down"
+                sim.control("replug")
+                d.wait_state("up", 5, min_generation=2)
+                assert c.call(request).data == b"abc"
 
     @pytest.mark.timeout(30)
     def test_power_cycle_comes_back_by_itself(self, daemon: DaemonProc, sim: SimProc) -> None:

@@ -214,11 +214,12 @@ class TestAbandonedCalls:
 
     def test_length_abandoned_call_runs_out_within_device_timeout(self, tmp_path: Path) -> None:
         """length: a departed client's long call holds the device no longer than device.timeout."""
-        sim = SimProc(tmp_path, codec="length")
-        d = DaemonProc(
-            write_config(tmp_path, sim.link, {"device": {"codec": "length", "timeout": 0.5}})
-        )
-        try:
+        with (
+            SimProc(tmp_path, codec="length") as sim,
+            DaemonProc(
+                write_config(tmp_path, sim.link, {"device": {"codec": "length", "timeout": 0.5}})
+            ) as d,
+        ):
             gone = Client(d.socket, timeout=5).connect()
             sim.control("set drop 1")  # the device never answers this one
             gone.send(
@@ -234,6 +235,3 @@ class TestAbandonedCalls:
             gone.close()
             r = d.client().call(b"\x01after", timeout=2, wait=True)
             assert r.data == b"after"
-        finally:
-            d.stop()
-            sim.stop()
