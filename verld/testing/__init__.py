@@ -413,9 +413,9 @@ class Processes:
         """A started `DaemonProc(config, **kw)`, owned."""
         return self.own(DaemonProc(config, **kw))
 
-    def popen(self, cmd: Sequence[str], **kw: Any) -> subprocess.Popen[bytes]:
+    def popen(self, cmd: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
         """`subprocess.Popen(cmd, **kw)`, owned (and one of `running()` until stopped)."""
-        proc: subprocess.Popen[bytes] = subprocess.Popen(cmd, **kw)
+        proc: subprocess.Popen[Any] = subprocess.Popen(cmd, **kw)
         _started(proc)
         self._owned.append(_Popen(proc))
         return proc
@@ -442,7 +442,7 @@ class Processes:
 class _Popen:
     """A plain subprocess, as `Processes` owns it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[Any]) -> None:
         self.proc = proc
 
     def stop(self) -> int:
