@@ -162,14 +162,15 @@ class TestVerlctl:
 @pytest.fixture
 def line_daemon(tmp_path: Path) -> Iterator[DaemonProc]:
     """verld on a verld-sim speaking `line` (PING answered PONG, no idle pings)."""
-    with SimProc(tmp_path, codec="line") as sim:
-        overrides = {
-            "device": {"codec": "line", "timeout": 0.5, "retry": 0},
-            "heartbeat": {"interval": 60, "misses": 3, "timeout": 0.5, "payload": "PING"},
-        }
-        d = DaemonProc(write_config(tmp_path, sim.link, overrides))
+    overrides = {
+        "device": {"codec": "line", "timeout": 0.5, "retry": 0},
+        "heartbeat": {"interval": 60, "misses": 3, "timeout": 0.5, "payload": "PING"},
+    }
+    with (
+        SimProc(tmp_path, codec="line") as sim,
+        DaemonProc(write_config(tmp_path, sim.link, overrides)) as d,
+    ):
         yield d
-        d.stop()
 
 
 class TestNoReply:
@@ -253,7 +254,7 @@ class TestHttpMetrics:
             port = s.getsockname()[1]
         with DaemonProc(
             write_config(tmp_path, sim.link, {"metrics": {"listen": f"127.0.0.1:{port}"}})
-        ) as d:
+        ):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
                 text = resp.read().decode()
             assert "verld_link_up 1" in text
@@ -313,7 +314,7 @@ class TestDefaultSocket:
             write_config(
                 Path(sim.link).parent, sim.link, {"api": {"socket": str(xdg / "verld.sock")}}
             )
-        ) as d:
+        ):
             env = {k: v for k, v in os.environ.items() if k != "VERLD_SOCKET"}
             r = subprocess.run(
                 [sys.executable, "-m", "verld.ctl", "status"],
@@ -383,15 +384,11 @@ needs_root = pytest.mark.skipif(
 @pytest.fixture
 def public_daemon(pubdir: Path) -> Iterator[DaemonProc]:
     """A root verld whose socket (mode 0660) is in a directory everyone may traverse."""
-    sim = SimProc(pubdir)
-    try:
-        d = DaemonProc(write_config(pubdir, sim.link, {"api": {"mode": "0660"}}))
-    except BaseException:
-        sim.stop()
-        raise
-    yield d
-    d.stop()
-    sim.stop()
+    with (
+        SimProc(pubdir) as sim,
+        DaemonProc(write_config(pubdir, sim.link, {"api": {"mode": "0660"}})) as d,
+    ):
+        yield d
 
 
 @needs_root

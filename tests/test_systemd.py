@@ -1402,18 +1402,17 @@ class TestDrain:
             sim.link,
             {"device": {"timeout": 10.0, "window": 1}, "api": {"drain": 10.0}},
         )
-        d = DaemonProc(config)
-        slow, queued = d.client(), d.client()
-        slow.send({"op": "call", "id": "slow", "data": _b64(b"\x03\x05\xdcslow")})  # 1.5 s
-        wait_for(lambda: d.status()["inflight"] >= 1, 10, "the slow call in flight")
-        for n in range(3):
-            queued.send({"op": "call", "id": n, "data": _b64(b"\x01q")})
-        wait_for(lambda: d.status()["queue"] >= 3, 10, "three queued calls")
-        d.proc.send_signal(signal.SIGTERM)
-        reply = slow.receive()
-        codes = sorted(str(queued.receive().get("error", {}).get("code")) for _ in range(3))
-        assert d.proc.wait(30) == 0
-        d.stop()
+        with DaemonProc(config) as d:
+            slow, queued = d.client(), d.client()
+            slow.send({"op": "call", "id": "slow", "data": _b64(b"\x03\x05\xdcslow")})  # 1.5 s
+            wait_for(lambda: d.status()["inflight"] >= 1, 10, "the slow call in flight")
+            for n in range(3):
+                queued.send({"op": "call", "id": n, "data": _b64(b"\x01q")})
+            wait_for(lambda: d.status()["queue"] >= 3, 10, "three queued calls")
+            d.proc.send_signal(signal.SIGTERM)
+            reply = slow.receive()
+            codes = sorted(str(queued.receive().get("error", {}).get("code")) for _ in range(3))
+            assert d.proc.wait(30) == 0
         assert (reply["id"], reply["ok"]) == ("slow", True)
         assert codes == ["shutting_down"] * 3
 
@@ -1422,14 +1421,13 @@ class TestDrain:
         config = write_config(
             tmp_path, sim.link, {"device": {"timeout": 10.0}, "api": {"drain": 0.3}}
         )
-        d = DaemonProc(config)
-        c = d.client()
-        c.send({"op": "call", "id": "long", "data": _b64(b"\x03\x13\x88long")})  # 5 s
-        wait_for(lambda: d.status()["inflight"] >= 1, 10, "the call in flight")
-        d.proc.send_signal(signal.SIGTERM)
-        reply = c.receive()
-        assert d.proc.wait(30) == 0
-        d.stop()
+        with DaemonProc(config) as d:
+            c = d.client()
+            c.send({"op": "call", "id": "long", "data": _b64(b"\x03\x13\x88long")})  # 5 s
+            wait_for(lambda: d.status()["inflight"] >= 1, 10, "the call in flight")
+            d.proc.send_signal(signal.SIGTERM)
+            reply = c.receive()
+            assert d.proc.wait(30) == 0
         assert reply["error"]["code"] == "shutting_down"
 
 
