@@ -275,18 +275,20 @@ class TestOtherCodecs:
     @pytest.mark.parametrize("codec", ["length", "line"])
     def test_codec_round_trip(self, tmp_path: Path, codec: str) -> None:
         """The length and line codecs carry calls end to end."""
-        with SimProc(tmp_path, codec=codec) as sim:
-            overrides: dict[str, Any] = {"device": {"codec": codec, "line": {"error": "^ERROR"}}}
-            if codec == "line":
-                overrides["heartbeat"] = {"payload": "PING"}
-            with DaemonProc(write_config(tmp_path, sim.link, overrides)) as d:
-                c = d.client()
-                if codec == "length":
-                    assert c.call(b"\x01abc").data == b"abc"
-                else:
-                    r = c.call("ECHO hello")
-                    assert (r.status, r.text) == (0, "hello")
-                    assert c.call("FAIL").status == 0xFF
+        overrides: dict[str, Any] = {"device": {"codec": codec, "line": {"error": "^ERROR"}}}
+        if codec == "line":
+            overrides["heartbeat"] = {"payload": "PING"}
+        with (
+            SimProc(tmp_path, codec=codec) as sim,
+            DaemonProc(write_config(tmp_path, sim.link, overrides)) as d,
+        ):
+            c = d.client()
+            if codec == "length":
+                assert c.call(b"\x01abc").data == b"abc"
+            else:
+                r = c.call("ECHO hello")
+                assert (r.status, r.text) == (0, "hello")
+                assert c.call("FAIL").status == 0xFF
 
     def test_length_over_tcp_guards_after_a_timeout(self, tmp_path: Path) -> None:
         """On TCP a timed-out length try waits out the guard, which swallows its late reply."""

@@ -93,15 +93,15 @@ def test_links_exist_while_verld_runs_and_are_removed_at_exit(tmp_path: Path) ->
     """A link left by an earlier verld is replaced; at SIGTERM every link goes."""
     stale = tmp_path / "ttyA"
     stale.symlink_to("/dev/pts/999")
-    with SimProc(tmp_path, codec="line") as sim:
-        links = [tmp_path / "ttyA", tmp_path / "ttyB"]
-        with DaemonProc(
-            _config(tmp_path, sim, "line", [{"link": str(p)} for p in links])
-        ) as daemon:
-            for link in links:
-                assert os.readlink(link).startswith("/dev/pts/") and link.resolve().exists()
-            assert os.readlink(stale) != "/dev/pts/999"
-            assert daemon.stop() == 0
+    links = [tmp_path / "ttyA", tmp_path / "ttyB"]
+    with (
+        SimProc(tmp_path, codec="line") as sim,
+        DaemonProc(_config(tmp_path, sim, "line", [{"link": str(p)} for p in links])) as daemon,
+    ):
+        for link in links:
+            assert os.readlink(link).startswith("/dev/pts/") and link.resolve().exists()
+        assert os.readlink(stale) != "/dev/pts/999"
+        assert daemon.stop() == 0
     assert not any(os.path.lexists(link) for link in links)
 
 
@@ -256,19 +256,19 @@ def test_reload_applies_a_ports_new_write_and_mode_settings(tmp_path: Path) -> N
 def test_a_verl_reply_carries_the_programs_own_seq(tmp_path: Path) -> None:
     """A verl request with seq 0xBEEF gets a reply frame of seq 0xBEEF, whatever seq verld used."""
     # Whatever seq verld used on the link.
-    with SimProc(tmp_path, codec="verl") as sim:
-        link = str(tmp_path / "ttyV")
-        with DaemonProc(_config(tmp_path, sim, "verl", [{"link": link}])):
-            with serial.Serial(link, timeout=2) as port:
-                port.write(encode_frame(Kind.REQUEST, 0xBEEF, b"\x01hello"))
-                frames: list[Any] = []
-                decoder = FrameDecoder(4096, frozenset({Kind.REPLY, Kind.EVENT}))
-                deadline = time.monotonic() + 5
-                while not frames and time.monotonic() < deadline:
-                    frames += decoder.feed(port.read(64))
-            assert [(f.kind, f.seq, f.payload) for f in frames] == [
-                (Kind.REPLY, 0xBEEF, b"\x00hello")
-            ]
+    link = str(tmp_path / "ttyV")
+    with (
+        SimProc(tmp_path, codec="verl") as sim,
+        DaemonProc(_config(tmp_path, sim, "verl", [{"link": link}])),
+    ):
+        with serial.Serial(link, timeout=2) as port:
+            port.write(encode_frame(Kind.REQUEST, 0xBEEF, b"\x01hello"))
+            frames: list[Any] = []
+            decoder = FrameDecoder(4096, frozenset({Kind.REPLY, Kind.EVENT}))
+            deadline = time.monotonic() + 5
+            while not frames and time.monotonic() < deadline:
+                frames += decoder.feed(port.read(64))
+        assert [(f.kind, f.seq, f.payload) for f in frames] == [(Kind.REPLY, 0xBEEF, b"\x00hello")]
 
 
 def test_a_modbus_rtu_master_reads_registers_through_a_port(
@@ -308,9 +308,10 @@ def test_a_modbus_rtu_master_reads_registers_through_a_port(
 
 def test_a_modbus_tcp_port_answers_with_the_programs_transaction_id(tmp_path: Path) -> None:
     """MBAP requests written to a modbus-tcp port get responses with their own transaction ids."""
-    with SimProc(tmp_path, "--units", "1", codec="modbus-tcp", tcp=True) as sim:
-        link = str(tmp_path / "ttyT")
-        with DaemonProc(
+    link = str(tmp_path / "ttyT")
+    with (
+        SimProc(tmp_path, "--units", "1", codec="modbus-tcp", tcp=True) as sim,
+        DaemonProc(
             write_config(
                 tmp_path,
                 sim.address,
@@ -320,13 +321,14 @@ def test_a_modbus_tcp_port_answers_with_the_programs_transaction_id(tmp_path: Pa
                     "ports": [{"link": link}],
                 },
             )
-        ):
-            with serial.Serial(link, timeout=2) as port:
-                port.write(mbap_frame(0x1234, bytes.fromhex("0103000a0002")))
-                port.write(mbap_frame(0x0042, bytes.fromhex("010300000001")))
-                got = port.read(2 * (6 + 7)) + port.read(6 + 5)
-            assert got.startswith(mbap_frame(0x1234, bytes.fromhex("010304000a000b")))
-            assert got.endswith(mbap_frame(0x0042, bytes.fromhex("0103020000")))
+        ),
+    ):
+        with serial.Serial(link, timeout=2) as port:
+            port.write(mbap_frame(0x1234, bytes.fromhex("0103000a0002")))
+            port.write(mbap_frame(0x0042, bytes.fromhex("010300000001")))
+            got = port.read(2 * (6 + 7)) + port.read(6 + 5)
+        assert got.startswith(mbap_frame(0x1234, bytes.fromhex("010304000a000b")))
+        assert got.endswith(mbap_frame(0x0042, bytes.fromhex("0103020000")))
 
 
 def test_verld_waits_for_the_program_without_spinning_after_a_close(

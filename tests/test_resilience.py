@@ -155,20 +155,22 @@ class TestUnplug:
     @pytest.mark.parametrize("codec", ["length", "line"])
     def test_replug_on_the_other_codecs(self, tmp_path: Path, codec: str) -> None:
         """length and line links come back after an unplug too, with the next generation."""
-        with SimProc(tmp_path, codec=codec) as sim:
-            overrides: dict[str, Any] = {"device": {"codec": codec}}
-            if codec == "line":
-                overrides["heartbeat"] = {"payload": "PING"}
-            with DaemonProc(write_config(tmp_path, sim.link, overrides)) as d:
-                request = b"\x01abc" if codec == "length" else b"ECHO abc"
-                c = d.client()
-                assert c.call(request).data == b"abc"
-                sim.control("unplug 0")
-                d.wait_state("down", 5)
-                assert error_code(c, request) == "link_down"
-                sim.control("replug")
-                d.wait_state("up", 5, min_generation=2)
-                assert c.call(request).data == b"abc"
+        overrides: dict[str, Any] = {"device": {"codec": codec}}
+        if codec == "line":
+            overrides["heartbeat"] = {"payload": "PING"}
+        with (
+            SimProc(tmp_path, codec=codec) as sim,
+            DaemonProc(write_config(tmp_path, sim.link, overrides)) as d,
+        ):
+            request = b"\x01abc" if codec == "length" else b"ECHO abc"
+            c = d.client()
+            assert c.call(request).data == b"abc"
+            sim.control("unplug 0")
+            d.wait_state("down", 5)
+            assert error_code(c, request) == "link_down"
+            sim.control("replug")
+            d.wait_state("up", 5, min_generation=2)
+            assert c.call(request).data == b"abc"
 
     @pytest.mark.timeout(30)
     def test_power_cycle_comes_back_by_itself(self, daemon: DaemonProc, sim: SimProc) -> None:
@@ -226,24 +228,26 @@ class TestHang:
     def test_hang_under_load_is_down_after_misses_timeouts(self, tmp_path: Path) -> None:
         """With no ping, `misses` timed-out calls in a row, no byte back, declare the link dead."""
         # Not fewer. (A line device without heartbeat.payload has no ping; verl always has.)
-        with SimProc(tmp_path, codec="line") as sim:
-            device = {"codec": "line", "retry": 0}
-            with start(tmp_path, sim.link, heartbeat={"interval": 0}, device=device) as d:
-                sub = d.client()
-                sub.subscribe(["link"])
-                c = d.client()
-                assert c.call("ECHO ok").text == "ok"
-                sim.control("hang")
-                for _ in range(HB_MISSES - 1):
-                    assert error_code(c, b"ECHO x", timeout=0.3) == "timeout"
-                    assert d.status()["link"]["state"] == "up"
+        device = {"codec": "line", "retry": 0}
+        with (
+            SimProc(tmp_path, codec="line") as sim,
+            start(tmp_path, sim.link, heartbeat={"interval": 0}, device=device) as d,
+        ):
+            sub = d.client()
+            sub.subscribe(["link"])
+            c = d.client()
+            assert c.call("ECHO ok").text == "ok"
+            sim.control("hang")
+            for _ in range(HB_MISSES - 1):
                 assert error_code(c, b"ECHO x", timeout=0.3) == "timeout"
-                down = next_link_event(sub)
-                assert (down["state"], down["generation"]) == ("down", 1)
-                assert f"{HB_MISSES} calls in a row timed out" in down["reason"]
-                assert d.status()["counters"]["timeouts"] == HB_MISSES
-                sim.control("unhang")
-                d.wait_state("up", 5, min_generation=2)
+                assert d.status()["link"]["state"] == "up"
+            assert error_code(c, b"ECHO x", timeout=0.3) == "timeout"
+            down = next_link_event(sub)
+            assert (down["state"], down["generation"]) == ("down", 1)
+            assert f"{HB_MISSES} calls in a row timed out" in down["reason"]
+            assert d.status()["counters"]["timeouts"] == HB_MISSES
+            sim.control("unhang")
+            d.wait_state("up", 5, min_generation=2)
 
     @pytest.mark.timeout(30)
     def test_pipelined_calls_during_hang_all_end(self, tmp_path: Path, sim: SimProc) -> None:
