@@ -12,6 +12,8 @@ package (`from verld.testing import SimProc, DaemonProc, write_config`):
   heartbeat and reconnect; docs/config.md for every key);
 - `DaemonProc`: verld as a subprocess, waited for until it listens (and, by
   default, until its link is up), with connected `verld.client.Client`s;
+- `Processes`: the owner of what a test starts (sims, daemons, other programs,
+  anything `Stoppable`), which stops it all at its end;
 - `wait_for`: poll a condition with a deadline;
 - `ManualClock` and the session rig (`verld.testing.session`): a
   `verld.alarm.Clock` whose time moves only when told, a fake transport and
@@ -57,6 +59,7 @@ __all__ = [
     "ManualClock",
     "Processes",
     "SimProc",
+    "Stoppable",
     "running",
     "sim_control",
     "sim_control_async",
@@ -398,11 +401,11 @@ class Processes:
     """
 
     def __init__(self) -> None:
-        self._owned: list[Stoppable] = []
+        self._stops: list[Callable[[], object]] = []  #: in the order they were owned
 
     def own(self, thing: _P) -> _P:
         """Own `thing` (already started): stopped with the rest; `thing` itself."""
-        self._owned.append(thing)
+        self._stops.append(thing.stop)
         return thing
 
     def sim(self, tmp: Path, *args: str, **kw: Any) -> SimProc:
@@ -417,16 +420,16 @@ class Processes:
         """`subprocess.Popen(cmd, **kw)`, owned (and one of `running()` until stopped)."""
         proc: subprocess.Popen[Any] = subprocess.Popen(cmd, **kw)
         _started(proc)
-        self._owned.append(_Popen(proc))
+        self._stops.append(lambda: stop_process(proc))
         return proc
 
     def stop(self) -> None:
         """Stop everything owned, newest first; every one is stopped even if one fails
         to (the first failure is raised after)."""
         failure: BaseException | None = None
-        while self._owned:
+        while self._stops:
             try:
-                self._owned.pop().stop()
+                self._stops.pop()()
             except BaseException as exc:  # raised once the others are stopped
                 failure = failure or exc
         if failure is not None:
@@ -437,13 +440,3 @@ class Processes:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-class _Popen:
-    """A plain subprocess, as `Processes` owns it."""
-
-    def __init__(self, proc: subprocess.Popen[Any]) -> None:
-        self.proc = proc
-
-    def stop(self) -> int:
-        return stop_process(self.proc)
