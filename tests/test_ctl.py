@@ -27,6 +27,7 @@ from verld.client import AsyncClient, ClientError, PermissionDenied, Reply, Unre
 from verld.client import messages as client_messages
 from verld.ctl.cli import default_socket
 from verld.ctl.render import render_sent, reply_obj
+from verld.testing import Processes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -117,9 +118,9 @@ class TestVerlctl:
         assert verlctl("--socket", daemon.socket, "reconnect").returncode == 0
         daemon.wait_state("up", min_generation=2)
 
-    def test_events_streams_into_a_pipe(self, daemon: DaemonProc) -> None:
+    def test_events_streams_into_a_pipe(self, daemon: DaemonProc, procs: Processes) -> None:
         """`events` writes a device event as a line into a pipe and exits 0 on SIGTERM."""
-        proc = subprocess.Popen(
+        proc = procs.popen(
             [sys.executable, "-m", "verld.ctl", "--socket", daemon.socket, "events"],
             stdout=subprocess.PIPE,
             text=True,
@@ -135,28 +136,25 @@ class TestVerlctl:
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         seen: list[str] = []
-        try:
-            # An event before verlctl has subscribed is (rightly) not its, and a busy machine
-            # may start it late: the device sends an event every 0.2 s until a device line
-            # comes (a link line a loaded machine's heartbeat may cause first is passed over).
-            c, deadline = daemon.client(), time.monotonic() + 30
-            while not any(line.split()[1:2] == ["device"] for line in seen):
-                assert time.monotonic() < deadline, f"no device event from verlctl: {seen}"
-                try:
-                    c.call(b"\x06\x00\x01")  # the device sends one event
-                except Unreachable:
-                    raise
-                except ClientError:
-                    pass  # the call failed on a loaded machine (a timeout): the next may not
-                try:
-                    seen.append(lines.get(timeout=0.2))
-                except queue.Empty:
-                    pass
-        finally:
-            proc.terminate()
-            assert proc.wait(30) == 0
-            reader.join(10)
-            out.close()
+        # An event before verlctl has subscribed is (rightly) not its, and a busy machine
+        # may start it late: the device sends an event every 0.2 s until a device line
+        # comes (a link line a loaded machine's heartbeat may cause first is passed over).
+        c, deadline = daemon.client(), time.monotonic() + 30
+        while not any(line.split()[1:2] == ["device"] for line in seen):
+            assert time.monotonic() < deadline, f"no device event from verlctl: {seen}"
+            try:
+                c.call(b"\x06\x00\x01")  # the device sends one event
+            except Unreachable:
+                raise
+            except ClientError:
+                pass  # the call failed on a loaded machine (a timeout): the next may not
+            try:
+                seen.append(lines.get(timeout=0.2))
+            except queue.Empty:
+                pass
+        proc.terminate()
+        assert proc.wait(30) == 0
+        reader.join(10)
 
 
 @pytest.fixture

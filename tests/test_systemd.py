@@ -40,6 +40,7 @@ from test_units import TARGETS, make_install, offline, parse_unit
 
 from verld import journal
 from verld.client import Client, ClientError
+from verld.testing import Processes
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -1221,35 +1222,31 @@ class TestVerlctlJournal:
         assert rec["ts"] > 0 and "socket" in rec
 
     def test_follow_prints_new_records(
-        self, tmp_path: Path, journal_verld: tuple[Verld, JournalNamespace]
+        self, tmp_path: Path, journal_verld: tuple[Verld, JournalNamespace], procs: Processes
     ) -> None:
         """-f keeps printing records as they arrive; SIGTERM ends it with exit 0."""
         _, ns = journal_verld
         ns.wait_entries("EVENT=ready")
-        follower = subprocess.Popen(
+        follower = procs.popen(
             ns.cmd(sys.executable, "-m", "verld.ctl", "logs", "--journal", "-f", "-n", "0"),
             stdout=subprocess.PIPE,
             text=True,
         )
         assert follower.stdout is not None
         deadline = time.monotonic() + 30
-        try:
-            # connect until a connect shows up: verlctl may start after the first one
-            while time.monotonic() < deadline:
-                with Client(str(tmp_path / "verld.sock"), timeout=10):
-                    pass
-                if select.select([follower.stdout], [], [], 1.0)[0]:
-                    line = follower.stdout.readline()
-                    assert line, "verlctl logs -f ended early"
-                    if "client_connected" in line:
-                        break
-            else:
-                raise AssertionError("verlctl logs -f printed no client_connected")
-        finally:
-            follower.send_signal(signal.SIGTERM)
-            assert follower.wait(10) == 0
-            assert follower.stdout is not None
-            follower.stdout.close()
+        # connect until a connect shows up: verlctl may start after the first one
+        while time.monotonic() < deadline:
+            with Client(str(tmp_path / "verld.sock"), timeout=10):
+                pass
+            if select.select([follower.stdout], [], [], 1.0)[0]:
+                line = follower.stdout.readline()
+                assert line, "verlctl logs -f ended early"
+                if "client_connected" in line:
+                    break
+        else:
+            raise AssertionError("verlctl logs -f printed no client_connected")
+        follower.send_signal(signal.SIGTERM)
+        assert follower.wait(10) == 0
 
     def test_no_journal_exits_3(self, empty_ns: JournalNamespace) -> None:
         """With no journald and no journal files: a clear message and exit 3, no traceback."""
