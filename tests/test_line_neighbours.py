@@ -29,9 +29,8 @@ def line_daemon(tmp: Path, port: str, **heartbeat: Any) -> DaemonProc:
 @pytest.fixture
 def line_sim(tmp_path: Path) -> Iterator[SimProc]:
     """A verld-sim speaking `line` on a pty."""
-    s = SimProc(tmp_path, codec="line")
-    yield s
-    s.stop()
+    with SimProc(tmp_path, codec="line") as s:
+        yield s
 
 
 def refused(client: Client, data: bytes | str) -> str:

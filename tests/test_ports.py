@@ -139,7 +139,7 @@ def _read_for(fd: int, seconds: float, want: int | None = None) -> bytes:
 
 @pytest.fixture
 def line_rig(tmp_path: Path) -> Iterator[Rig]:
-    rig = Rig(
+    with Rig(
         tmp_path,
         "line",
         [
@@ -148,9 +148,8 @@ def line_rig(tmp_path: Path) -> Iterator[Rig]:
             {"link": str(tmp_path / "ttyRO"), "write": False},
             {"link": str(tmp_path / "ttyQuiet"), "events": False},
         ],
-    )
-    yield rig
-    rig.stop()
+    ) as rig:
+        yield rig
 
 
 # --- each program gets only its own answers ------------------------------------------------

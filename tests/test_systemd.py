@@ -50,13 +50,6 @@ NSENTER = shutil.which("nsenter") or "nsenter"
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimProc]:
-    s = SimProc(tmp_path)
-    yield s
-    s.stop()
-
-
 class Notifications:
     """Our own NOTIFY_SOCKET: collects every datagram verld sends."""
 
