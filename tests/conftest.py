@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from support import DaemonProc, SimProc, write_config
 
-from verld.testing import running, stop_leftovers
+from verld.testing import Processes, running, stop_leftovers
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 
@@ -108,6 +108,14 @@ def daemon(tmp_path: Path, sim: SimProc) -> Iterator[DaemonProc]:
     d = DaemonProc(write_config(tmp_path, sim.link))
     yield d
     d.stop()
+
+
+@pytest.fixture
+def procs() -> Iterator[Processes]:
+    """The owner of the processes a test starts (`procs.sim(tmp)`, `procs.daemon(cfg)`,
+    `procs.popen(cmd)`, `procs.own(rig)`): all stopped, newest first, when it ends."""
+    with Processes() as owner:
+        yield owner
 
 
 @pytest.fixture

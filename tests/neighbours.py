@@ -955,6 +955,20 @@ class Good:
             self.tally.note(f"call {call.n} ({call.payload.data[:40]!r}): {code} {what}")
         self.calls.settled(call, False)
 
+    def judge(self, call: GoodCall, reply: dict[str, Any], started: float) -> None:
+        """A JSON reply (the API's, verld-mqtt's): its own data, another's, or an error."""
+        if isinstance(reply.get("generation"), int):
+            self.tally.generations.add(reply["generation"])
+        if reply.get("ok"):
+            data = base64.b64decode(reply.get("data", ""))
+            if call.matches(0, data):
+                self.ok(call, started)
+            else:
+                self.wrong(call, f"got {str(reply)[:200]}")
+            return
+        error = reply.get("error") or {}
+        self.failed(call, str(error.get("code")), started, str(error.get("message")))
+
 
 class GoodApi(Good):
     """On the JSON API: every other call asks to wait."""
@@ -975,17 +989,7 @@ class GoodApi(Good):
             self.failed(call, "connection closed", started)
             await self.open()
             return
-        if isinstance(reply.get("generation"), int):
-            self.tally.generations.add(reply["generation"])
-        if reply.get("ok"):
-            data = base64.b64decode(reply.get("data", ""))
-            if call.matches(0, data):
-                self.ok(call, started)
-            else:
-                self.wrong(call, f"got {str(reply)[:200]}")
-            return
-        error = reply.get("error") or {}
-        self.failed(call, str(error.get("code")), started, str(error.get("message")))
+        self.judge(call, reply, started)
 
     def _late(self, fut: asyncio.Future[dict[str, Any]]) -> None:
         if not fut.cancelled() and fut.exception() is None:
@@ -1194,17 +1198,7 @@ class GoodMqtt(Good):
         if reply.get("transaction") != call.n:
             self.wrong(call, f"transaction {reply.get('transaction')!r} in {str(reply)[:200]}")
             return
-        if isinstance(reply.get("generation"), int):
-            self.tally.generations.add(reply["generation"])
-        if reply.get("ok"):
-            data = base64.b64decode(reply.get("data", ""))
-            if call.matches(0, data):
-                self.ok(call, started)
-            else:
-                self.wrong(call, f"got {str(reply)[:200]}")
-            return
-        error = reply.get("error") or {}
-        self.failed(call, str(error.get("code")), started, str(error.get("message")))
+        self.judge(call, reply, started)
 
     async def close(self) -> None:
         self._reader.cancel()

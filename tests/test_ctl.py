@@ -27,6 +27,7 @@ from verld.client import AsyncClient, ClientError, PermissionDenied, Reply, Unre
 from verld.client import messages as client_messages
 from verld.ctl.cli import default_socket
 from verld.ctl.render import render_sent, reply_obj
+from verld.testing import Processes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -140,9 +141,9 @@ class TestVerlctl:
         assert verlctl("--socket", daemon.socket, "reconnect").returncode == 0
         daemon.wait_state("up", min_generation=2)
 
-    def test_events_streams_into_a_pipe(self, daemon: DaemonProc) -> None:
+    def test_events_streams_into_a_pipe(self, daemon: DaemonProc, procs: Processes) -> None:
         """`events` writes a device event as a line into a pipe and exits 0 on SIGTERM."""
-        proc = subprocess.Popen(
+        proc = procs.popen(
             [sys.executable, "-m", "verld.ctl", "--socket", daemon.socket, "events"],
             stdout=subprocess.PIPE,
             text=True,
@@ -158,44 +159,39 @@ class TestVerlctl:
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         seen: list[str] = []
-        try:
-            # An event before verlctl has subscribed is (rightly) not its, and a busy machine
-            # may start it late: the device sends an event every 0.2 s until a device line
-            # comes (a link line a loaded machine's heartbeat may cause first is passed over).
-            c, deadline = daemon.client(), time.monotonic() + 30
-            while not any(line.split()[1:2] == ["device"] for line in seen):
-                assert time.monotonic() < deadline, f"no device event from verlctl: {seen}"
-                try:
-                    c.call(b"\x06\x00\x01")  # the device sends one event
-                except Unreachable:
-                    raise
-                except ClientError:
-                    pass  # the call failed on a loaded machine (a timeout): the next may not
-                try:
-                    seen.append(lines.get(timeout=0.2))
-                except queue.Empty:
-                    pass
-        finally:
-            proc.terminate()
-            assert proc.wait(30) == 0
-            reader.join(10)
-            out.close()
+        # An event before verlctl has subscribed is (rightly) not its, and a busy machine
+        # may start it late: the device sends an event every 0.2 s until a device line
+        # comes (a link line a loaded machine's heartbeat may cause first is passed over).
+        c, deadline = daemon.client(), time.monotonic() + 30
+        while not any(line.split()[1:2] == ["device"] for line in seen):
+            assert time.monotonic() < deadline, f"no device event from verlctl: {seen}"
+            try:
+                c.call(b"\x06\x00\x01")  # the device sends one event
+            except Unreachable:
+                raise
+            except ClientError:
+                pass  # the call failed on a loaded machine (a timeout): the next may not
+            try:
+                seen.append(lines.get(timeout=0.2))
+            except queue.Empty:
+                pass
+        proc.terminate()
+        assert proc.wait(30) == 0
+        reader.join(10)
 
 
 @pytest.fixture
 def line_daemon(tmp_path: Path) -> Iterator[DaemonProc]:
     """verld on a verld-sim speaking `line` (PING answered PONG, no idle pings)."""
-    sim = SimProc(tmp_path, codec="line")
     overrides = {
         "device": {"codec": "line", "timeout": 0.5, "retry": 0},
         "heartbeat": {"interval": 60, "misses": 3, "timeout": 0.5, "payload": "PING"},
     }
-    try:
-        d = DaemonProc(write_config(tmp_path, sim.link, overrides))
+    with (
+        SimProc(tmp_path, codec="line") as sim,
+        DaemonProc(write_config(tmp_path, sim.link, overrides)) as d,
+    ):
         yield d
-        d.stop()
-    finally:
-        sim.stop()
 
 
 class TestNoReply:
@@ -277,15 +273,12 @@ class TestHttpMetrics:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        d = DaemonProc(
+        with DaemonProc(
             write_config(tmp_path, sim.link, {"metrics": {"listen": f"127.0.0.1:{port}"}})
-        )
-        try:
+        ):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
                 text = resp.read().decode()
             assert "verld_link_up 1" in text
-        finally:
-            d.stop()
 
 
 class TestAsyncClient:
@@ -338,12 +331,11 @@ class TestDefaultSocket:
             pytest.skip("a system verld socket exists here: verlctl takes that one")
         xdg = Path(sim.link).parent / "xdg"
         xdg.mkdir()
-        d = DaemonProc(
+        with DaemonProc(
             write_config(
                 Path(sim.link).parent, sim.link, {"api": {"socket": str(xdg / "verld.sock")}}
             )
-        )
-        try:
+        ):
             env = {k: v for k, v in os.environ.items() if k != "VERLD_SOCKET"}
             r = subprocess.run(
                 [sys.executable, "-m", "verld.ctl", "status"],
@@ -355,8 +347,6 @@ class TestDefaultSocket:
             )
             assert r.returncode == 0, r.stderr
             assert "link        up (connected)" in r.stdout
-        finally:
-            d.stop()
 
     def test_unreachable_default_says_how_to_name_a_socket(self, tmp_path: Path) -> None:
         """No daemon on the default socket: exit 3, one line naming it and --socket."""
@@ -415,15 +405,11 @@ needs_root = pytest.mark.skipif(
 @pytest.fixture
 def public_daemon(pubdir: Path) -> Iterator[DaemonProc]:
     """A root verld whose socket (mode 0660) is in a directory everyone may traverse."""
-    sim = SimProc(pubdir)
-    try:
-        d = DaemonProc(write_config(pubdir, sim.link, {"api": {"mode": "0660"}}))
-    except BaseException:
-        sim.stop()
-        raise
-    yield d
-    d.stop()
-    sim.stop()
+    with (
+        SimProc(pubdir) as sim,
+        DaemonProc(write_config(pubdir, sim.link, {"api": {"mode": "0660"}})) as d,
+    ):
+        yield d
 
 
 @needs_root

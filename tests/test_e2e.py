@@ -128,16 +128,13 @@ class TestCalls:
     def test_retry_resends_and_succeeds(self, tmp_path: Path, sim: SimProc) -> None:
         """With drop faults, a retried call still gets exactly one reply."""
         cfg = {"heartbeat": {"misses": 100}, "api": {"max_retry": 12}}
-        d = DaemonProc(write_config(tmp_path, sim.link, cfg))
-        try:
+        with DaemonProc(write_config(tmp_path, sim.link, cfg)) as d:
             sim.control("set drop 0.5")
             c = d.client()
             ok = sum(c.call(b"\x01x", timeout=0.2, retry=12).status == 0 for _ in range(20))
             sim.control("reset")
             assert ok == 20
             assert d.status()["counters"]["retries"] > 0
-        finally:
-            d.stop()
 
 
 class TestEvents:
@@ -241,10 +238,8 @@ class TestLifecycle:
         dead = socket.socket(socket.AF_UNIX)
         dead.bind(str(path))
         dead.close()
-        d = DaemonProc(write_config(tmp_path, sim.link))
-        try:
+        with DaemonProc(write_config(tmp_path, sim.link)) as d:
             assert d.status()["link"]["state"] == "up"
-        finally:
             assert d.stop() == 0
 
     def test_sigterm_exits_zero_and_removes_the_socket(self, daemon: DaemonProc) -> None:
@@ -254,19 +249,17 @@ class TestLifecycle:
 
     def test_builtin_sim_port(self, tmp_path: Path) -> None:
         """device.port: sim spawns verld-sim on a pty and serves it like real hardware."""
-        d = DaemonProc(write_config(tmp_path, "sim"))
-        try:
+        with DaemonProc(write_config(tmp_path, "sim")) as d:
             assert d.client().call(b"\x01demo").data == b"demo"
             assert d.status()["link"]["port"].endswith("tty")
-        finally:
             assert d.stop() == 0
 
     def test_builtin_sim_dies_with_verld(self, tmp_path: Path) -> None:
         """If verld is killed outright, its verld-sim child does not linger."""
-        d = DaemonProc(write_config(tmp_path, "sim"))
-        started = [json.loads(line) for line in d.log().splitlines() if "sim_started" in line]
-        sim_pid = started[0]["pid"]
-        d.stop(signal.SIGKILL)
+        with DaemonProc(write_config(tmp_path, "sim")) as d:
+            started = [json.loads(line) for line in d.log().splitlines() if "sim_started" in line]
+            sim_pid = started[0]["pid"]
+            d.stop(signal.SIGKILL)
 
         def gone() -> bool:
             try:
@@ -282,12 +275,13 @@ class TestOtherCodecs:
     @pytest.mark.parametrize("codec", ["length", "line"])
     def test_codec_round_trip(self, tmp_path: Path, codec: str) -> None:
         """The length and line codecs carry calls end to end."""
-        sim = SimProc(tmp_path, codec=codec)
         overrides: dict[str, Any] = {"device": {"codec": codec, "line": {"error": "^ERROR"}}}
         if codec == "line":
             overrides["heartbeat"] = {"payload": "PING"}
-        d = DaemonProc(write_config(tmp_path, sim.link, overrides))
-        try:
+        with (
+            SimProc(tmp_path, codec=codec) as sim,
+            DaemonProc(write_config(tmp_path, sim.link, overrides)) as d,
+        ):
             c = d.client()
             if codec == "length":
                 assert c.call(b"\x01abc").data == b"abc"
@@ -295,19 +289,14 @@ class TestOtherCodecs:
                 r = c.call("ECHO hello")
                 assert (r.status, r.text) == (0, "hello")
                 assert c.call("FAIL").status == 0xFF
-        finally:
-            d.stop()
-            sim.stop()
 
     def test_length_over_tcp_guards_after_a_timeout(self, tmp_path: Path) -> None:
         """On TCP a timed-out length try waits out the guard, which swallows its late reply."""
         # The connection stays (no reconnect, same generation).
-        sim = SimProc(tmp_path, "--tcp", "0", codec="length")
-        try:
+        with SimProc(tmp_path, "--tcp", "0", codec="length") as sim:
             target = sim.ready.split()[1]
             device = {"codec": "length", "guard": 0.5}
-            d = DaemonProc(write_config(tmp_path, target, {"device": device}))
-            try:
+            with DaemonProc(write_config(tmp_path, target, {"device": device})) as d:
                 c = d.client()
                 with pytest.raises(ClientError) as info:
                     c.call(b"\x03" + struct.pack(">H", 400) + b"late", timeout=0.2, retry=0)
@@ -317,10 +306,6 @@ class TestOtherCodecs:
                 assert d.status()["counters"]["reconnects"] == 0
                 retried = c.call(b"\x03" + struct.pack(">H", 50) + b"ok", timeout=2, retry=2)
                 assert retried.data == b"ok"
-            finally:
-                d.stop()
-        finally:
-            sim.stop()
 
 
 class TestEventLoops:
@@ -331,8 +316,7 @@ class TestEventLoops:
         """Both event loops (stdlib asyncio and uvloop) serve calls, events and peer creds."""
         if loop == "uvloop":
             pytest.importorskip("uvloop")
-        d = DaemonProc(write_config(tmp_path, sim.link), env={"VERLD_EVENT_LOOP": loop})
-        try:
+        with DaemonProc(write_config(tmp_path, sim.link), env={"VERLD_EVENT_LOOP": loop}) as d:
             assert f'"event_loop":"{loop}"' in d.log()
             c = d.client()
             assert c.hello()["role"] == "admin"
@@ -344,7 +328,6 @@ class TestEventLoops:
             c.call(b"\x06\x00\x01")
             assert next(sub.events())["event"] == "device"
             assert c.request("lease", seconds=5)["lease"]
-        finally:
             assert d.stop() == 0
 
 
@@ -353,13 +336,10 @@ class TestReload:
         """A reload that changes device.port reconnects to the new device, no restart."""
         other_dir = tmp_path / "other"
         other_dir.mkdir()
-        other = SimProc(other_dir)
-        try:
+        with SimProc(other_dir) as other:
             write_config(tmp_path, other.link)  # same file the daemon was started with
             changed = daemon.client().request("reload")["changed"]
             assert "device.port" in changed
             link = daemon.wait_state("up", min_generation=2)
             assert link["port"] == other.link
             assert daemon.client().call(b"\x01moved").data == b"moved"
-        finally:
-            other.stop()

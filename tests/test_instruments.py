@@ -39,6 +39,7 @@ from pyvisa.resources import MessageBasedResource
 from support import DaemonProc, free_port, need, stop_process, wait_for, write_config
 
 from verld.client import Client, ClientError, Reply, Unreachable
+from verld.testing import Processes
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -76,19 +77,15 @@ Verld = Callable[..., DaemonProc]
 
 
 @pytest.fixture
-def verld(tmp_path: Path, inst: Instrument) -> Iterator[Verld]:
+def verld(tmp_path: Path, inst: Instrument, procs: Processes) -> Verld:
     """`verld(**sections)`: a daemon on `inst` (SCPI config unless a section is given),
     its link up; stopped after the test."""
-    made: list[DaemonProc] = []
 
     def make(**sections: Any) -> DaemonProc:
         overrides = {"device": SCPI_DEVICE, "heartbeat": SCPI_HEARTBEAT, **sections}
-        made.append(DaemonProc(write_config(tmp_path, inst.link, overrides)))
-        return made[-1]
+        return procs.daemon(write_config(tmp_path, inst.link, overrides))
 
-    yield make
-    for d in made:
-        d.stop()
+    return make
 
 
 def settled(inst: Instrument, seconds: float = 0.3) -> None:
@@ -293,7 +290,9 @@ class TestEventsStayEvents:
 # --- 4. the quick start --------------------------------------------------------------------
 
 
-def test_quick_start_flags_serve_the_supply(tmp_path: Path, inst: Instrument) -> None:
+def test_quick_start_flags_serve_the_supply(
+    tmp_path: Path, inst: Instrument, procs: Processes
+) -> None:
     """`verld LINK --codec line --no-reply --ping --expect --event --socket` serves the supply."""
     sock, err = str(tmp_path / "q.sock"), tmp_path / "quick.err"
     line_options = [
@@ -320,7 +319,7 @@ def test_quick_start_flags_serve_the_supply(tmp_path: Path, inst: Instrument) ->
     drop = {"VERLD_SOCKET", "VERLD_DEFAULT_CONFIG", "XDG_RUNTIME_DIR", "LISTEN_FDS", "LISTEN_PID"}
     env = {k: v for k, v in os.environ.items() if k not in drop}
     with open(err, "wb") as f:
-        proc = subprocess.Popen(
+        proc = procs.popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=f, env=env
         )
 
@@ -333,17 +332,15 @@ def test_quick_start_flags_serve_the_supply(tmp_path: Path, inst: Instrument) ->
         except (OSError, Unreachable):
             return False
 
-    try:
-        wait_for(up, 15, "the quick start's link up")
-        with Client(sock, timeout=10.0) as c, Client(sock, timeout=10.0) as sub:
-            reply = c.call("VOLT 1")
-            assert (reply.reply, reply.status) == (False, 0)
-            assert c.call("*IDN?").text == IDN
-            sub.subscribe(["events"])
-            inst.emit("ALARM OVP")
-            assert device_event(sub)["text"] == "ALARM OVP"
-    finally:
-        assert stop_process(proc) == 0, err.read_text()
+    wait_for(up, 15, "the quick start's link up")
+    with Client(sock, timeout=10.0) as c, Client(sock, timeout=10.0) as sub:
+        reply = c.call("VOLT 1")
+        assert (reply.reply, reply.status) == (False, 0)
+        assert c.call("*IDN?").text == IDN
+        sub.subscribe(["events"])
+        inst.emit("ALARM OVP")
+        assert device_event(sub)["text"] == "ALARM OVP"
+    assert stop_process(proc) == 0, err.read_text()
     assert inst.count("VOLT 1") == 1
 
 
@@ -405,18 +402,21 @@ class Picocom:
             os.close(self.master)
             self.master = -1
 
+    def __enter__(self) -> Picocom:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def test_picocom_enter_sends_a_line(tmp_path: Path, inst: Instrument, verld: Verld) -> None:
     """picocom's Enter (a lone CR) after `*IDN?` on a virtual port shows the ACME line."""
     need("picocom")
     d = verld(device=PLAIN_DEVICE, heartbeat=PLAIN_HEARTBEAT, ports=ports_of(tmp_path, "ttyV0"))
-    term = Picocom(str(tmp_path / "ttyV0"))
-    try:
+    with Picocom(str(tmp_path / "ttyV0")) as term:
         wait_for(lambda: bool(d.status()["ports"][0]["open"]), 10, "verld to see picocom")
         term.type(b"*IDN?\r")
         assert term.read_until(IDN.encode() + b"\r\n") == IDN.encode() + b"\r\n"
-    finally:
-        term.close()
 
 
 # --- 6. PyVISA, two sessions at once -------------------------------------------------------

@@ -29,9 +29,8 @@ def line_daemon(tmp: Path, port: str, **heartbeat: Any) -> DaemonProc:
 @pytest.fixture
 def line_sim(tmp_path: Path) -> Iterator[SimProc]:
     """A verld-sim speaking `line` on a pty."""
-    s = SimProc(tmp_path, codec="line")
-    yield s
-    s.stop()
+    with SimProc(tmp_path, codec="line") as s:
+        yield s
 
 
 def refused(client: Client, data: bytes | str) -> str:
@@ -50,27 +49,21 @@ class TestOneLinePerCall:
         self, tmp_path: Path, line_sim: SimProc, data: bytes | str
     ) -> None:
         """A call whose request holds a terminator (or a lone CR) is refused, unsent."""
-        d = line_daemon(tmp_path, line_sim.link, interval=60)  # (no pings meanwhile)
-        try:
+        with line_daemon(tmp_path, line_sim.link, interval=60) as d:  # (no pings meanwhile)
             c = d.client()
             requests = line_sim.counters()["requests"]
             assert refused(c, data).startswith("bad_request: one line per call")
             assert line_sim.counters()["requests"] == requests
             assert c.call("ECHO ok").text == "ok"
-        finally:
-            d.stop()
 
     def test_a_trailing_terminator_and_crlf_are_one_line(
         self, tmp_path: Path, line_sim: SimProc
     ) -> None:
         """A request that ends in the terminator, or in CR LF, is still one call."""
-        d = line_daemon(tmp_path, line_sim.link)
-        try:
+        with line_daemon(tmp_path, line_sim.link) as d:
             c = d.client()
             assert c.call("ECHO a\n").text == "a"
             assert c.call("ECHO b\r\n").text == "b"
-        finally:
-            d.stop()
 
 
 def good_client_loop(client: Client, stop: threading.Event) -> tuple[int, list[str], int]:
@@ -111,35 +104,25 @@ class TestUnansweredRequests:
     ) -> None:
         """Calls the device never answers leave the link up; a good neighbour gets its replies."""
         # Every try of those calls timed out; every good call got its own reply.
-        d = line_daemon(tmp_path, line_sim.link)
-        try:
+        with line_daemon(tmp_path, line_sim.link) as d:
             self.run_beside(d, d.client(), rounds=4)
-        finally:
-            d.stop()
 
     def test_without_a_ping_answered_neighbours_keep_the_link_up(
         self, tmp_path: Path, line_sim: SimProc
     ) -> None:
         """With no ping payload, unanswered calls beside answered ones never make the link dead."""
-        d = line_daemon(tmp_path, line_sim.link, payload="")
-        try:
+        with line_daemon(tmp_path, line_sim.link, payload="") as d:
             self.run_beside(d, d.client(), rounds=4)
-        finally:
-            d.stop()
 
     def test_on_tcp_a_timed_out_call_never_reconnects(self, tmp_path: Path) -> None:
         """On tcp:// an unanswered call waits out the quiet guard and the connection stays."""
         # Every other client's calls stay too.
-        sim = SimProc(tmp_path, codec="line", tcp=True)
-        try:
-            d = line_daemon(tmp_path, sim.address)
-            try:
-                self.run_beside(d, d.client(), rounds=3)
-                assert d.status()["counters"]["reconnects"] == 0
-            finally:
-                d.stop()
-        finally:
-            sim.stop()
+        with (
+            SimProc(tmp_path, codec="line", tcp=True) as sim,
+            line_daemon(tmp_path, sim.address) as d,
+        ):
+            self.run_beside(d, d.client(), rounds=3)
+            assert d.status()["counters"]["reconnects"] == 0
 
 
 class TestShortTimeouts:
@@ -151,18 +134,14 @@ class TestShortTimeouts:
         # The late answer comes within device.timeout (0.3 s here): the next client's call still
         # gets
         # its own reply.
-        sim = SimProc(tmp_path, codec="line", tcp=tcp)
-        try:
-            d = line_daemon(tmp_path, sim.address if tcp else sim.link)
-            try:
-                neighbour, good = d.client(), d.client()
-                for n in range(3):
-                    with pytest.raises(ClientError) as info:
-                        neighbour.call(f"DELAY 150 late{n}", timeout=0.05, retry=0)
-                    assert info.value.code == "timeout"
-                    reply = good.call(f"ECHO mine{n}", timeout=2.0)
-                    assert reply.text == f"mine{n}"
-            finally:
-                d.stop()
-        finally:
-            sim.stop()
+        with (
+            SimProc(tmp_path, codec="line", tcp=tcp) as sim,
+            line_daemon(tmp_path, sim.address if tcp else sim.link) as d,
+        ):
+            neighbour, good = d.client(), d.client()
+            for n in range(3):
+                with pytest.raises(ClientError) as info:
+                    neighbour.call(f"DELAY 150 late{n}", timeout=0.05, retry=0)
+                assert info.value.code == "timeout"
+                reply = good.call(f"ECHO mine{n}", timeout=2.0)
+                assert reply.text == f"mine{n}"

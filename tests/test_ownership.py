@@ -32,7 +32,7 @@ import yaml
 from verld import ownership
 from verld.client import Client
 from verld.ownership import LockHeld, acquire, lock_path
-from verld.testing import DaemonProc, SimProc, stop_process, wait_for, write_config
+from verld.testing import DaemonProc, Processes, SimProc, stop_process, wait_for, write_config
 
 #: a process that takes the lock on argv[1] ("" for a bare flock with no pid written),
 #: says "held", and keeps it until its stdin closes
@@ -209,7 +209,9 @@ def test_the_lock_fd_is_not_inherited(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_many_processes_acquiring_at_once_exactly_one_wins(tmp_path: Path) -> None:
+def test_many_processes_acquiring_at_once_exactly_one_wins(
+    tmp_path: Path, procs: Processes
+) -> None:
     """Six processes acquiring and releasing the lock in a loop never hold it two at once."""
     # Released at the same instant, each takes, holds and releases (removing) the lock in a loop
     # for a while.
@@ -236,18 +238,14 @@ print(wins)
 """
     log = tmp_path / "log"
     start = time.time() + 1.0
-    procs = [
-        subprocess.Popen(
+    lockers = [
+        procs.popen(
             [sys.executable, "-c", script, str(tmp_path / "t"), str(log), str(start)],
             stdout=subprocess.PIPE,
         )
         for _ in range(6)
     ]
-    try:
-        wins = [int(p.communicate(timeout=20)[0]) for p in procs]
-    finally:
-        for p in procs:
-            stop_process(p)
+    wins = [int(p.communicate(timeout=20)[0]) for p in lockers]
     events = log.read_text().split()
     assert sum(wins) > 6 and len(events) == 2 * sum(wins)
     for i in range(0, len(events), 2):  # (each win's + and - are adjacent: none overlapped)
@@ -339,8 +337,7 @@ def test_a_second_start_of_the_same_config_exits_1_and_harms_nothing(
     # socket answers; at exit the first removes all of it.
     links = [tmp_path / "ttyA", tmp_path / "ttyB"]
     config = _config(tmp_path, sim, links)
-    first = DaemonProc(config)
-    try:
+    with DaemonProc(config) as first:
         before = _files(tmp_path)
         assert set(before) == {
             "ttyA",
@@ -357,7 +354,6 @@ def test_a_second_start_of_the_same_config_exits_1_and_harms_nothing(
         for link in links:
             assert _ask(link) == b"PONG\n"
         assert first.client().call(b"PING").text == "PONG"
-    finally:
         assert first.stop() == 0
     assert _files(tmp_path) == {}
 
@@ -369,10 +365,9 @@ def test_a_second_verld_with_another_socket_but_the_same_link_exits_1_naming_the
     """A second verld sharing only the first's port link exits 1 naming the link and holder."""
     # Its own socket and lock are not left behind.
     link = tmp_path / "ttyA"
-    first = DaemonProc(_config(tmp_path, sim, [link]))
-    other = tmp_path / "b"
-    other.mkdir()
-    try:
+    with DaemonProc(_config(tmp_path, sim, [link])) as first:
+        other = tmp_path / "b"
+        other.mkdir()
         pts = os.readlink(link)
         error = _refusal(_run_verld(_config(other, sim, [link])))
         assert error["event"] == "cannot_create_port"
@@ -381,7 +376,6 @@ def test_a_second_verld_with_another_socket_but_the_same_link_exits_1_naming_the
         assert os.readlink(link) == pts
         assert sorted(os.listdir(other)) == ["verld.yaml"]  # (no socket, no lock left)
         assert _ask(link) == b"PONG\n"
-    finally:
         assert first.stop() == 0
 
 
@@ -396,13 +390,11 @@ def test_leftovers_nobody_holds_are_replaced(tmp_path: Path, sim: SimProc) -> No
     dead.close()
     for name in ("ttyA.lock", "verld.sock.lock"):
         (tmp_path / name).write_text(f"{2**22 + 1}\n")
-    daemon = DaemonProc(_config(tmp_path, sim, [link]))
-    try:
+    with DaemonProc(_config(tmp_path, sim, [link])) as daemon:
         assert os.readlink(link) != "/dev/pts/9999"
         assert _ask(link) == b"PONG\n"
         for name in ("ttyA.lock", "verld.sock.lock"):
             assert (tmp_path / name).read_text() == f"{daemon.pid}\n"
-    finally:
         assert daemon.stop() == 0
     assert _files(tmp_path) == {}
 
@@ -438,30 +430,27 @@ def test_a_file_at_the_socket_path_is_one_line_and_kept(tmp_path: Path, sim: Sim
 
 def _race(configs: list[Path], link: Path, out: Path) -> None:
     """Start verld on both configs at once: one must serve, the other give up."""
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
+    with Processes() as owner:
+        verlds: list[subprocess.Popen[bytes]] = []
         for i, config in enumerate(configs):
             with open(out / f"race{i}.out", "wb") as log:
-                procs.append(
-                    subprocess.Popen(
+                verlds.append(
+                    owner.popen(
                         [sys.executable, "-m", "verld", "--config", str(config)],
                         stdout=log,
                         stderr=subprocess.STDOUT,
                     )
                 )
-        wait_for(lambda: any(p.poll() is not None for p in procs), 20.0, "one to give up")
-        loser = next(i for i, p in enumerate(procs) if p.poll() is not None)
-        winner = procs[1 - loser]
+        wait_for(lambda: any(p.poll() is not None for p in verlds), 20.0, "one to give up")
+        loser = next(i for i, p in enumerate(verlds) if p.poll() is not None)
+        winner = verlds[1 - loser]
         text = (out / f"race{loser}.out").read_text()
-        _refusal(subprocess.CompletedProcess([], procs[loser].returncode, text, ""))
+        _refusal(subprocess.CompletedProcess([], verlds[loser].returncode, text, ""))
         sock = yaml.safe_load(configs[1 - loser].read_text())["api"]["socket"]
         wait_for(lambda: winner.poll() is None and _link_up(sock), 10.0, "the winner up")
         assert _ask(link) == b"PONG\n"
         assert stop_process(winner) == 0
         assert not os.path.lexists(link)
-    finally:
-        for p in procs:
-            stop_process(p)
 
 
 @pytest.mark.timeout(90)
@@ -481,12 +470,13 @@ def test_two_starts_at_the_same_moment_exactly_one_wins(
 
 
 @pytest.mark.timeout(60)
-def test_a_taken_modbus_listen_stops_the_start_before_any_link_exists(tmp_path: Path) -> None:
+def test_a_taken_modbus_listen_stops_the_start_before_any_link_exists(
+    tmp_path: Path, procs: Processes
+) -> None:
     """A modbus.listen bound elsewhere exits 1 naming the address before any link or file exists."""
     # No link, lock or socket file was ever made (the check comes first).
-    sim = SimProc(tmp_path, codec="modbus-rtu")
-    taken = socket.socket()
-    try:
+    sim = procs.sim(tmp_path, codec="modbus-rtu")
+    with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         listen = f"127.0.0.1:{taken.getsockname()[1]}"
@@ -500,7 +490,7 @@ def test_a_taken_modbus_listen_stops_the_start_before_any_link_exists(tmp_path: 
                 "modbus": {"listen": listen},
             },
         )
-        proc = subprocess.Popen(
+        proc = procs.popen(
             [sys.executable, "-m", "verld", "--config", str(config)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -516,9 +506,6 @@ def test_a_taken_modbus_listen_stops_the_start_before_any_link_exists(tmp_path: 
         assert "Address already in use" in error["error"]
         assert not seen & {"ttyM", "verld.sock"}
         assert _files(tmp_path) == {}
-    finally:
-        taken.close()
-        sim.stop()
 
 
 @pytest.mark.timeout(60)
@@ -530,28 +517,25 @@ def test_reload_adding_a_port_someone_else_owns_fails_that_port_only(
     # removed by a reload lets its lock go (another process can take it at once).
     a, b = tmp_path / "ttyA", tmp_path / "ttyB"
     config = _config(tmp_path, sim, [a])
-    daemon = DaemonProc(config)
-    taken = acquire(str(b))
-    try:
-        cfg = yaml.safe_load(config.read_text())
-        cfg["ports"] = [{"link": str(a)}, {"link": str(b)}]
-        config.write_text(yaml.safe_dump(cfg))
-        daemon.client().request("reload")
-        wait_for(lambda: "port_create_failed" in daemon.log(), 5.0, "port_create_failed")
-        assert f"belongs to pid {os.getpid()} (" in daemon.log()
-        assert [p["link"] for p in daemon.status()["ports"]] == [str(a)]
-        assert not os.path.lexists(b)
-        assert _ask(a) == b"PONG\n"
-        cfg["ports"] = [{"link": str(b)}]
-        taken.release()
-        config.write_text(yaml.safe_dump(cfg))
-        daemon.client().request("reload")
-        wait_for(lambda: [p["link"] for p in daemon.status()["ports"]] == [str(b)], 5.0, "B")
-        assert not os.path.lexists(a)
-        with acquire(str(a)):  # A's lock went with its port
-            pass
-        assert _ask(b) == b"PONG\n"
-    finally:
-        taken.release()  # (idempotent)
+    with DaemonProc(config) as daemon:
+        with acquire(str(b)) as taken:  # (its release is idempotent)
+            cfg = yaml.safe_load(config.read_text())
+            cfg["ports"] = [{"link": str(a)}, {"link": str(b)}]
+            config.write_text(yaml.safe_dump(cfg))
+            daemon.client().request("reload")
+            wait_for(lambda: "port_create_failed" in daemon.log(), 5.0, "port_create_failed")
+            assert f"belongs to pid {os.getpid()} (" in daemon.log()
+            assert [p["link"] for p in daemon.status()["ports"]] == [str(a)]
+            assert not os.path.lexists(b)
+            assert _ask(a) == b"PONG\n"
+            cfg["ports"] = [{"link": str(b)}]
+            taken.release()
+            config.write_text(yaml.safe_dump(cfg))
+            daemon.client().request("reload")
+            wait_for(lambda: [p["link"] for p in daemon.status()["ports"]] == [str(b)], 5.0, "B")
+            assert not os.path.lexists(a)
+            with acquire(str(a)):  # A's lock went with its port
+                pass
+            assert _ask(b) == b"PONG\n"
         assert daemon.stop() == 0
     assert _files(tmp_path) == {}

@@ -93,6 +93,12 @@ class Rig:
         self.daemon.stop()
         self.sim.stop()
 
+    def __enter__(self) -> Rig:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 def _result(proc: subprocess.Popen[str]) -> dict[str, Any]:
     out, _ = proc.communicate(timeout=40)
@@ -133,7 +139,7 @@ def _read_for(fd: int, seconds: float, want: int | None = None) -> bytes:
 
 @pytest.fixture
 def line_rig(tmp_path: Path) -> Iterator[Rig]:
-    rig = Rig(
+    with Rig(
         tmp_path,
         "line",
         [
@@ -142,9 +148,8 @@ def line_rig(tmp_path: Path) -> Iterator[Rig]:
             {"link": str(tmp_path / "ttyRO"), "write": False},
             {"link": str(tmp_path / "ttyQuiet"), "events": False},
         ],
-    )
-    yield rig
-    rig.stop()
+    ) as rig:
+        yield rig
 
 
 # --- each program gets only its own answers ------------------------------------------------
@@ -158,8 +163,7 @@ def test_two_programs_writing_at_once_each_get_exactly_their_own_replies(
     # Every reply is the program's own, none lost, none of the other's (verl: both use seqs 1..4,
     # four in flight).
     ports = [{"link": str(tmp_path / "ttyA")}, {"link": str(tmp_path / "ttyB")}]
-    rig = Rig(tmp_path, codec, ports)
-    try:
+    with Rig(tmp_path, codec, ports) as rig:
         extra = ["--partial"] + (["--window", "4"] if codec == "verl" else [])
         a = rig.program("ttyA", codec, 200, "a", *extra)
         b = rig.program("ttyB", codec, 200, "b", *extra)
@@ -167,8 +171,6 @@ def test_two_programs_writing_at_once_each_get_exactly_their_own_replies(
             assert result == {"sent": 200, "ok": 200, "wrong": [], "missing": 0, "events": 0}
         st = rig.port_status("ttyA")
         assert (st["calls"], st["ok"], st["failed"]) == (200, 200, {})
-    finally:
-        rig.stop()
 
 
 # --- events -----------------------------------------------------------------------------------
@@ -269,13 +271,12 @@ def test_a_program_that_turns_on_echo_and_canonical_mode_is_still_answered_once(
 def test_a_call_that_fails_gets_no_answer_and_is_counted_by_error(tmp_path: Path) -> None:
     """A request the device does not answer in time gets nothing and is counted failed: timeout."""
     # Like a silent device: its late reply is stale; the next request is answered.
-    rig = Rig(
+    with Rig(
         tmp_path,
         "verl",
         [{"link": str(tmp_path / "ttyA")}],
         {"device": {"timeout": 0.3, "retry": 0}},
-    )
-    try:
+    ) as rig:
         decoder = FrameDecoder(4096, frozenset({REPLY, EVENT}))
         with serial.Serial(rig.link("ttyA"), timeout=1.2) as port:
             port.write(encode_frame(REQUEST, 1, b"\x03\x03\x20late"))  # echo after 800 ms
@@ -286,8 +287,6 @@ def test_a_call_that_fails_gets_no_answer_and_is_counted_by_error(tmp_path: Path
         st = rig.port_status("ttyA")
         assert (st["failed"], st["ok"]) == ({"timeout": 1}, 1)
         assert '"port_call_failed"' in rig.daemon.log()
-    finally:
-        rig.stop()
 
 
 # --- bounds ---------------------------------------------------------------------------------------
@@ -298,34 +297,33 @@ def test_a_program_that_never_reads_stalls_no_one_and_stays_bounded(tmp_path: Pa
     # 256 KiB of requests written to a port whose program never reads, and 256 KiB of events on
     # top: another port's program and an API client are still answered, the excess is dropped and
     # counted, and verld's memory does not follow.
-    rig = Rig(
+    with Rig(
         tmp_path,
         "length",
         [{"link": str(tmp_path / "ttyA")}, {"link": str(tmp_path / "ttyB")}],
         {"api": {"max_backlog": 65536}},
-    )
-    fd = _open_raw(rig.link("ttyA"))
-    try:
-        rig.wait_open("ttyA")
-        stream = length_encode(b"\x01" + bytes(1020)) * 256  # echoes: 1 KiB back each
-        written = 0
-        deadline = time.monotonic() + 20
-        while written < len(stream) and time.monotonic() < deadline:
-            try:
-                written += os.write(fd, stream[written:])
-            except BlockingIOError:
-                time.sleep(0.005)
-        assert written == len(stream) >= 256 * 1024
-        client = rig.daemon.client()
-        client.call(b"\x06\x01\x00")  # 256 events on top
-        other = rig.program("ttyB", "length", 50, "b")
-        assert _result(other)["ok"] == 50
-        assert client.call(b"\x01ping").data == b"ping"
-        wait_for(lambda: rig.port_status("ttyA")["dropped"] > 0, 10.0, "answers dropped")
-        assert _rss_kib(rig.daemon.pid) < 200 * 1024
-    finally:
-        os.close(fd)
-        rig.stop()
+    ) as rig:
+        fd = _open_raw(rig.link("ttyA"))
+        try:
+            rig.wait_open("ttyA")
+            stream = length_encode(b"\x01" + bytes(1020)) * 256  # echoes: 1 KiB back each
+            written = 0
+            deadline = time.monotonic() + 20
+            while written < len(stream) and time.monotonic() < deadline:
+                try:
+                    written += os.write(fd, stream[written:])
+                except BlockingIOError:
+                    time.sleep(0.005)
+            assert written == len(stream) >= 256 * 1024
+            client = rig.daemon.client()
+            client.call(b"\x06\x01\x00")  # 256 events on top
+            other = rig.program("ttyB", "length", 50, "b")
+            assert _result(other)["ok"] == 50
+            assert client.call(b"\x01ping").data == b"ping"
+            wait_for(lambda: rig.port_status("ttyA")["dropped"] > 0, 10.0, "answers dropped")
+            assert _rss_kib(rig.daemon.pid) < 200 * 1024
+        finally:
+            os.close(fd)
 
 
 def test_an_overlong_line_is_ignored_until_the_port_is_quiet(line_rig: Rig) -> None:
@@ -346,8 +344,7 @@ def test_garbage_on_one_verl_port_is_counted_and_harms_no_other(tmp_path: Path) 
     """Noise and broken frames on one verl port are counted; the other port is still answered."""
     # The program on the other port is answered throughout.
     ports = [{"link": str(tmp_path / "ttyA")}, {"link": str(tmp_path / "ttyB")}]
-    rig = Rig(tmp_path, "verl", ports)
-    try:
+    with Rig(tmp_path, "verl", ports) as rig:
         other = rig.program("ttyB", "verl", 100, "b", "--window", "2")
         with serial.Serial(rig.link("ttyA"), timeout=2) as port:
             rig.wait_open("ttyA")
@@ -363,8 +360,6 @@ def test_garbage_on_one_verl_port_is_counted_and_harms_no_other(tmp_path: Path) 
         assert _result(other)["ok"] == 100
         assert (7, b"\x00ok") in [(f.seq, f.payload) for f in replies]
         assert rig.port_status("ttyA")["bad_frames"] >= 20
-    finally:
-        rig.stop()
 
 
 # --- status, metrics, verlctl --------------------------------------------------------------------
@@ -405,8 +400,9 @@ def test_requests_past_client_queue_on_a_one_at_a_time_port_fail_busy(tmp_path: 
     """A line port answers api.client_queue requests of a burst; the rest fail busy, unanswered."""
     # A line port holds at most api.client_queue requests of its own: ten written at once with
     # room for four get four answers.
-    rig = Rig(tmp_path, "line", [{"link": str(tmp_path / "ttyA")}], {"api": {"client_queue": 4}})
-    try:
+    with Rig(
+        tmp_path, "line", [{"link": str(tmp_path / "ttyA")}], {"api": {"client_queue": 4}}
+    ) as rig:
         with serial.Serial(rig.link("ttyA"), timeout=1.5) as port:
             rig.wait_open("ttyA")
             port.write(b"".join(f"DELAY 50 r{i}\n".encode() for i in range(10)))
@@ -415,5 +411,3 @@ def test_requests_past_client_queue_on_a_one_at_a_time_port_fail_busy(tmp_path: 
         busy = st["failed"].get("busy", 0)
         assert busy >= 1 and st["ok"] == len(answers) >= 4 and st["ok"] + busy == 10
         assert answers == [f"r{i}".encode() for i in range(len(answers))]
-    finally:
-        rig.stop()

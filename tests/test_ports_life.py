@@ -29,7 +29,7 @@ from verld.fronts.ports.front import PortsFront
 from verld.fronts.ports.pty import PortSetupError
 from verld.fronts.protocol import FrontCounts, Listener
 from verld.ownership import acquire
-from verld.testing import DaemonProc, SimProc, wait_for, write_config
+from verld.testing import DaemonProc, Processes, SimProc, wait_for, write_config
 
 if TYPE_CHECKING:
     from verld.fronts.base import Core
@@ -70,11 +70,8 @@ def test_a_link_whose_directory_is_missing_stops_verld_at_start_with_exit_1(
     tmp_path: Path,
 ) -> None:
     """ports[].link in a directory that does not exist: verld says so and exits 1."""
-    sim = SimProc(tmp_path, codec="line")
-    try:
+    with SimProc(tmp_path, codec="line") as sim:
         result = _run_verld(_config(tmp_path, sim, "line", [{"link": str(tmp_path / "no/ttyV0")}]))
-    finally:
-        sim.stop()
     assert result.returncode == 1
     assert "cannot_create_port" in result.stdout + result.stderr
     assert "does not exist" in result.stdout + result.stderr
@@ -86,11 +83,8 @@ def test_a_link_path_holding_another_file_is_left_alone_and_verld_exits_1(
     """A regular file where the link should go is not verld's: untouched, exit 1."""
     victim = tmp_path / "ttyV0"
     victim.write_text("precious")
-    sim = SimProc(tmp_path, codec="line")
-    try:
+    with SimProc(tmp_path, codec="line") as sim:
         result = _run_verld(_config(tmp_path, sim, "line", [{"link": str(victim)}]))
-    finally:
-        sim.stop()
     assert result.returncode == 1
     assert victim.read_text() == "precious"
 
@@ -99,16 +93,15 @@ def test_links_exist_while_verld_runs_and_are_removed_at_exit(tmp_path: Path) ->
     """A link left by an earlier verld is replaced; at SIGTERM every link goes."""
     stale = tmp_path / "ttyA"
     stale.symlink_to("/dev/pts/999")
-    sim = SimProc(tmp_path, codec="line")
     links = [tmp_path / "ttyA", tmp_path / "ttyB"]
-    daemon = DaemonProc(_config(tmp_path, sim, "line", [{"link": str(p)} for p in links]))
-    try:
+    with (
+        SimProc(tmp_path, codec="line") as sim,
+        DaemonProc(_config(tmp_path, sim, "line", [{"link": str(p)} for p in links])) as daemon,
+    ):
         for link in links:
             assert os.readlink(link).startswith("/dev/pts/") and link.resolve().exists()
         assert os.readlink(stale) != "/dev/pts/999"
-    finally:
         assert daemon.stop() == 0
-        sim.stop()
     assert not any(os.path.lexists(link) for link in links)
 
 
@@ -205,6 +198,12 @@ class Reloadable:
         self.daemon.stop()
         self.sim.stop()
 
+    def __enter__(self) -> Reloadable:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 def test_reload_keeps_unchanged_ports_adds_new_ones_and_hangs_up_removed_ones(
     tmp_path: Path,
@@ -213,36 +212,34 @@ def test_reload_keeps_unchanged_ports_adds_new_ones_and_hangs_up_removed_ones(
     # The kept port's program is still connected and answered, the removed port's program sees a
     # hang-up and its link is gone, the new port works.
     a, b, c = (str(tmp_path / n) for n in ("ttyA", "ttyB", "ttyC"))
-    rig = Reloadable(tmp_path, "line", [{"link": a}, {"link": b}])
-    fd_b = os.open(b, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
-    try:
-        with serial.Serial(a, timeout=2) as port_a:
-            pts_a = os.readlink(a)
-            rig.reload(ports=[{"link": a, "write": True}, {"link": c}])
-            wait_for(
-                lambda: [p["link"] for p in rig.daemon.status()["ports"]] == [a, c],
-                5.0,
-                "the reloaded ports",
-            )
-            assert os.readlink(a) == pts_a  # the same pty
-            port_a.write(b"PING\n")
-            assert port_a.readline() == b"PONG\n"
-        wait_for(lambda: _hung_up(fd_b), 5.0, "a hang-up on the removed port")
-        assert not os.path.lexists(b)
-        with serial.Serial(c, timeout=2) as port_c:
-            port_c.write(b"PING\n")
-            assert port_c.readline() == b"PONG\n"
-    finally:
-        os.close(fd_b)
-        rig.stop()
+    with Reloadable(tmp_path, "line", [{"link": a}, {"link": b}]) as rig:
+        fd_b = os.open(b, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        try:
+            with serial.Serial(a, timeout=2) as port_a:
+                pts_a = os.readlink(a)
+                rig.reload(ports=[{"link": a, "write": True}, {"link": c}])
+                wait_for(
+                    lambda: [p["link"] for p in rig.daemon.status()["ports"]] == [a, c],
+                    5.0,
+                    "the reloaded ports",
+                )
+                assert os.readlink(a) == pts_a  # the same pty
+                port_a.write(b"PING\n")
+                assert port_a.readline() == b"PONG\n"
+            wait_for(lambda: _hung_up(fd_b), 5.0, "a hang-up on the removed port")
+            assert not os.path.lexists(b)
+            with serial.Serial(c, timeout=2) as port_c:
+                port_c.write(b"PING\n")
+                assert port_c.readline() == b"PONG\n"
+        finally:
+            os.close(fd_b)
 
 
 def test_reload_applies_a_ports_new_write_and_mode_settings(tmp_path: Path) -> None:
     """A reload applies a port's new write: false and mode 0600 to the same pty."""
     # The pty stays, its node's mode changes, and what the program writes is ignored from then on.
     a = str(tmp_path / "ttyA")
-    rig = Reloadable(tmp_path, "line", [{"link": a}])
-    try:
+    with Reloadable(tmp_path, "line", [{"link": a}]) as rig:
         pts = os.readlink(a)
         rig.reload(ports=[{"link": a, "write": False, "mode": "0600"}])
         wait_for(lambda: rig.daemon.status()["ports"][0]["write"] is False, 5.0, "write: false")
@@ -251,8 +248,6 @@ def test_reload_applies_a_ports_new_write_and_mode_settings(tmp_path: Path) -> N
             port.write(b"PING\n")
             assert port.readline() == b""
         wait_for(lambda: rig.daemon.status()["ports"][0]["ignored"] == 5, 5.0, "ignored bytes")
-    finally:
-        rig.stop()
 
 
 # --- the program's own ids, and Modbus masters, on a port -------------------------------------
@@ -261,10 +256,11 @@ def test_reload_applies_a_ports_new_write_and_mode_settings(tmp_path: Path) -> N
 def test_a_verl_reply_carries_the_programs_own_seq(tmp_path: Path) -> None:
     """A verl request with seq 0xBEEF gets a reply frame of seq 0xBEEF, whatever seq verld used."""
     # Whatever seq verld used on the link.
-    sim = SimProc(tmp_path, codec="verl")
     link = str(tmp_path / "ttyV")
-    daemon = DaemonProc(_config(tmp_path, sim, "verl", [{"link": link}]))
-    try:
+    with (
+        SimProc(tmp_path, codec="verl") as sim,
+        DaemonProc(_config(tmp_path, sim, "verl", [{"link": link}])),
+    ):
         with serial.Serial(link, timeout=2) as port:
             port.write(encode_frame(Kind.REQUEST, 0xBEEF, b"\x01hello"))
             frames: list[Any] = []
@@ -273,21 +269,20 @@ def test_a_verl_reply_carries_the_programs_own_seq(tmp_path: Path) -> None:
             while not frames and time.monotonic() < deadline:
                 frames += decoder.feed(port.read(64))
         assert [(f.kind, f.seq, f.payload) for f in frames] == [(Kind.REPLY, 0xBEEF, b"\x00hello")]
-    finally:
-        daemon.stop()
-        sim.stop()
 
 
-def test_a_modbus_rtu_master_reads_registers_through_a_port(tmp_path: Path) -> None:
+def test_a_modbus_rtu_master_reads_registers_through_a_port(
+    tmp_path: Path, procs: Processes
+) -> None:
     """pymodbus's RTU client reads holding registers through a port; a silent unit gets nothing."""
     # It reads the sim's holding registers on the port link; a read of a unit that does not
     # answer gets nothing (pymodbus times out).
     from pymodbus.client import ModbusSerialClient
     from pymodbus.exceptions import ModbusIOException
 
-    sim = SimProc(tmp_path, "--units", "1", codec="modbus-rtu")
+    sim = procs.sim(tmp_path, "--units", "1", codec="modbus-rtu")
     link = str(tmp_path / "ttyM")
-    daemon = DaemonProc(
+    daemon = procs.daemon(
         write_config(
             tmp_path,
             sim.link,
@@ -309,57 +304,51 @@ def test_a_modbus_rtu_master_reads_registers_through_a_port(tmp_path: Path) -> N
         assert st["ok"] == 1 and st["failed"] == {"timeout": 1}
     finally:
         client.close()  # type: ignore[no-untyped-call]
-        daemon.stop()
-        sim.stop()
 
 
 def test_a_modbus_tcp_port_answers_with_the_programs_transaction_id(tmp_path: Path) -> None:
     """MBAP requests written to a modbus-tcp port get responses with their own transaction ids."""
-    sim = SimProc(tmp_path, "--units", "1", codec="modbus-tcp", tcp=True)
     link = str(tmp_path / "ttyT")
-    daemon = DaemonProc(
-        write_config(
-            tmp_path,
-            sim.address,
-            {
-                "device": {"codec": "modbus-tcp"},
-                "heartbeat": {"interval": 0},
-                "ports": [{"link": link}],
-            },
-        )
-    )
-    try:
+    with (
+        SimProc(tmp_path, "--units", "1", codec="modbus-tcp", tcp=True) as sim,
+        DaemonProc(
+            write_config(
+                tmp_path,
+                sim.address,
+                {
+                    "device": {"codec": "modbus-tcp"},
+                    "heartbeat": {"interval": 0},
+                    "ports": [{"link": link}],
+                },
+            )
+        ),
+    ):
         with serial.Serial(link, timeout=2) as port:
             port.write(mbap_frame(0x1234, bytes.fromhex("0103000a0002")))
             port.write(mbap_frame(0x0042, bytes.fromhex("010300000001")))
             got = port.read(2 * (6 + 7)) + port.read(6 + 5)
         assert got.startswith(mbap_frame(0x1234, bytes.fromhex("010304000a000b")))
         assert got.endswith(mbap_frame(0x0042, bytes.fromhex("0103020000")))
-    finally:
-        daemon.stop()
-        sim.stop()
 
 
-def test_verld_waits_for_the_program_without_spinning_after_a_close(tmp_path: Path) -> None:
+def test_verld_waits_for_the_program_without_spinning_after_a_close(
+    tmp_path: Path, procs: Processes
+) -> None:
     """After a program closed its port, and beside one nobody opens, verld idles near zero CPU."""
-    sim = SimProc(tmp_path, codec="line")
+    sim = procs.sim(tmp_path, codec="line")
     link = str(tmp_path / "ttyA")
     ports = [{"link": link}, {"link": str(tmp_path / "ttyIdle")}]
-    daemon = DaemonProc(_config(tmp_path, sim, "line", ports))
-    try:
-        with serial.Serial(link, timeout=2) as port:
-            port.write(b"PING\n")
-            assert port.readline() == b"PONG\n"
-        wait_for(lambda: daemon.status()["ports"][0]["open"] is False, 5.0, "the close seen")
-        stat = Path(f"/proc/{daemon.pid}/stat")
+    daemon = procs.daemon(_config(tmp_path, sim, "line", ports))
+    with serial.Serial(link, timeout=2) as port:
+        port.write(b"PING\n")
+        assert port.readline() == b"PONG\n"
+    wait_for(lambda: daemon.status()["ports"][0]["open"] is False, 5.0, "the close seen")
+    stat = Path(f"/proc/{daemon.pid}/stat")
 
-        def cpu() -> float:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    def cpu() -> float:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-        before = cpu()
-        time.sleep(2.0)
-        assert cpu() - before < 0.1
-    finally:
-        daemon.stop()
-        sim.stop()
+    before = cpu()
+    time.sleep(2.0)
+    assert cpu() - before < 0.1

@@ -30,6 +30,7 @@ from support import DaemonProc, SimProc, wait_for, write_config
 from verld.client import AsyncClient, Client, ClientError
 from verld.codec.length import LengthDecoder
 from verld.codec.length import encode as length_encode
+from verld.testing import Processes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -154,13 +155,14 @@ class TestUnplug:
     @pytest.mark.parametrize("codec", ["length", "line"])
     def test_replug_on_the_other_codecs(self, tmp_path: Path, codec: str) -> None:
         """length and line links come back after an unplug too, with the next generation."""
-        sim = SimProc(tmp_path, codec=codec)
         overrides: dict[str, Any] = {"device": {"codec": codec}}
         if codec == "line":
             overrides["heartbeat"] = {"payload": "PING"}
-        d = DaemonProc(write_config(tmp_path, sim.link, overrides))
-        request = b"\x01abc" if codec == "length" else b"ECHO abc"
-        try:
+        with (
+            SimProc(tmp_path, codec=codec) as sim,
+            DaemonProc(write_config(tmp_path, sim.link, overrides)) as d,
+        ):
+            request = b"\x01abc" if codec == "length" else b"ECHO abc"
             c = d.client()
             assert c.call(request).data == b"abc"
             sim.control("unplug 0")
@@ -169,9 +171,6 @@ class TestUnplug:
             sim.control("replug")
             d.wait_state("up", 5, min_generation=2)
             assert c.call(request).data == b"abc"
-        finally:
-            d.stop()
-            sim.stop()
 
     @pytest.mark.timeout(30)
     def test_power_cycle_comes_back_by_itself(self, daemon: DaemonProc, sim: SimProc) -> None:
@@ -184,8 +183,7 @@ class TestUnplug:
     @pytest.mark.timeout(60)
     def test_twenty_cycles_no_restart_no_fd_leak(self, tmp_path: Path, sim: SimProc) -> None:
         """20 unplug/replug cycles: same process, generation 21, calls work, fd count stable."""
-        d = start(tmp_path, sim.link, reconnect={"initial": 0.02, "max": 0.1})
-        try:
+        with start(tmp_path, sim.link, reconnect={"initial": 0.02, "max": 0.1}) as d:
             c = d.client()
             assert c.call(b"\x01warm").data == b"warm"
             baseline = d.fd_count()
@@ -198,8 +196,6 @@ class TestUnplug:
             assert d.proc.poll() is None
             wait_for(lambda: d.fd_count() == baseline, 3, f"fd count back to {baseline}")
             assert d.status()["counters"]["reconnects"] == 20
-        finally:
-            d.stop()
 
 
 class TestHang:
@@ -232,10 +228,11 @@ class TestHang:
     def test_hang_under_load_is_down_after_misses_timeouts(self, tmp_path: Path) -> None:
         """With no ping, `misses` timed-out calls in a row, no byte back, declare the link dead."""
         # Not fewer. (A line device without heartbeat.payload has no ping; verl always has.)
-        sim = SimProc(tmp_path, codec="line")
         device = {"codec": "line", "retry": 0}
-        d = start(tmp_path, sim.link, heartbeat={"interval": 0}, device=device)
-        try:
+        with (
+            SimProc(tmp_path, codec="line") as sim,
+            start(tmp_path, sim.link, heartbeat={"interval": 0}, device=device) as d,
+        ):
             sub = d.client()
             sub.subscribe(["link"])
             c = d.client()
@@ -251,15 +248,11 @@ class TestHang:
             assert d.status()["counters"]["timeouts"] == HB_MISSES
             sim.control("unhang")
             d.wait_state("up", 5, min_generation=2)
-        finally:
-            d.stop()
-            sim.stop()
 
     @pytest.mark.timeout(30)
     def test_pipelined_calls_during_hang_all_end(self, tmp_path: Path, sim: SimProc) -> None:
         """Calls filling the window when the device hangs each end with timeout or link_down."""
-        d = start(tmp_path, sim.link, heartbeat={"interval": 0})
-        try:
+        with start(tmp_path, sim.link, heartbeat={"interval": 0}) as d:
             sim.control("hang")
             tags = unique_tags(30)
 
@@ -278,21 +271,18 @@ class TestHang:
             assert set(codes) <= {"timeout", "link_down"}
             assert "link_down" in codes
             assert d.status()["link"]["state"] in ("down", "connecting")
-        finally:
-            d.stop()
 
     @pytest.mark.timeout(30)
     def test_call_queued_behind_a_timed_out_ping_is_sent(
         self, tmp_path: Path, sim: SimProc
     ) -> None:
         """With window 1, a call queued behind an unanswered heartbeat ping goes out after it."""
-        d = start(
+        with start(
             tmp_path,
             sim.link,
             device={"window": 1},
             heartbeat={"interval": 0.3, "timeout": 1.0, "misses": 3},
-        )
-        try:
+        ) as d:
             c = Client(d.socket, timeout=5.0).connect()
             assert c.call(b"\x01warm").data == b"warm"
             sim.control("hang")
@@ -305,8 +295,6 @@ class TestHang:
             finally:
                 c.close()
             assert (reply["id"], reply["ok"]) == (1, True)
-        finally:
-            d.stop()
 
 
 class TestLineNoise:
@@ -322,29 +310,23 @@ class TestLineNoise:
     @pytest.mark.timeout(30)
     def test_drop_is_recovered_by_retries(self, tmp_path: Path, sim: SimProc) -> None:
         """With 30 % of requests dropped, retries get every call its own reply; none misrouted."""
-        d = start(tmp_path, sim.link, heartbeat={"misses": 1000}, api={"max_retry": 20})
-        try:
+        with start(tmp_path, sim.link, heartbeat={"misses": 1000}, api={"max_retry": 20}) as d:
             sim.control("set drop 0.3")
             tags = unique_tags(40)
             assert asyncio.run(echo_many(d.socket, tags, timeout=0.3, retry=20)) == tags
             assert d.status()["counters"]["retries"] > 0
-        finally:
-            d.stop()
 
     @pytest.mark.timeout(30)
     def test_corrupt_replies_are_counted_never_delivered(
         self, tmp_path: Path, sim: SimProc
     ) -> None:
         """Corrupted replies fail their CRC: counted as bad_frames, retried, no wrong data."""
-        d = start(tmp_path, sim.link, heartbeat={"misses": 1000}, api={"max_retry": 20})
-        try:
+        with start(tmp_path, sim.link, heartbeat={"misses": 1000}, api={"max_retry": 20}) as d:
             sim.control("set corrupt 0.3")
             tags = unique_tags(40)
             assert asyncio.run(echo_many(d.socket, tags, timeout=0.3, retry=20)) == tags
             assert sim.control("status")["counters"]["corrupted"] > 0
             assert d.status()["counters"]["bad_frames"] > 0
-        finally:
-            d.stop()
 
     @pytest.mark.timeout(30)
     def test_garbage_bursts_never_give_a_wrong_reply(
@@ -421,35 +403,32 @@ class LengthPeer:
 
 class TestOtherLinks:
     @pytest.mark.timeout(30)
-    def test_device_absent_at_start_comes_up_when_it_appears(self, tmp_path: Path) -> None:
+    def test_device_absent_at_start_comes_up_when_it_appears(
+        self, tmp_path: Path, procs: Processes
+    ) -> None:
         """verld started before its device keeps retrying and comes up when it appears."""
         link = str(tmp_path / "dev.tty")
-        d = DaemonProc(write_config(tmp_path, link), wait_up=False)
-        sim: SimProc | None = None
-        try:
-            time.sleep(1.0)
-            st = d.status()["link"]
-            assert st["state"] in ("down", "connecting")
-            assert st["generation"] == 0
-            assert "open failed" in st["reason"]
-            sim = SimProc(tmp_path)
-            assert sim.link == link
-            d.wait_state("up", RECONNECT_MAX + MARGIN + 1, min_generation=1)
-            assert d.client().call(b"\x01here").data == b"here"
-            assert d.proc.poll() is None
-        finally:
-            d.stop()
-            if sim is not None:
-                sim.stop()
+        d = procs.daemon(write_config(tmp_path, link), wait_up=False)
+        time.sleep(1.0)
+        st = d.status()["link"]
+        assert st["state"] in ("down", "connecting")
+        assert st["generation"] == 0
+        assert "open failed" in st["reason"]
+        sim = procs.sim(tmp_path)
+        assert sim.link == link
+        d.wait_state("up", RECONNECT_MAX + MARGIN + 1, min_generation=1)
+        assert d.client().call(b"\x01here").data == b"here"
+        assert d.proc.poll() is None
 
     @pytest.mark.timeout(30)
-    def test_port_locked_by_another_process_is_retried(self, tmp_path: Path, sim: SimProc) -> None:
+    def test_port_locked_by_another_process_is_retried(
+        self, tmp_path: Path, sim: SimProc, procs: Processes
+    ) -> None:
         """A port held (flock) by another program is retried until it is released."""
         fd = os.open(sim.link, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
-        d: DaemonProc | None = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            d = DaemonProc(write_config(tmp_path, sim.link), wait_up=False)
+            d = procs.daemon(write_config(tmp_path, sim.link), wait_up=False)
             time.sleep(1.0)
             link = d.status()["link"]
             assert (link["state"], link["generation"]) != ("up", 1)
@@ -460,16 +439,15 @@ class TestOtherLinks:
         finally:
             if fd >= 0:
                 os.close(fd)
-            if d is not None:
-                d.stop()
 
     @pytest.mark.timeout(30)
     @pytest.mark.parametrize("trigger", [b"\x09", b"\x0a"], ids=["huge-length", "empty-reply"])
-    def test_length_desync_reconnects(self, tmp_path: Path, trigger: bytes) -> None:
+    def test_length_desync_reconnects(
+        self, tmp_path: Path, trigger: bytes, procs: Processes
+    ) -> None:
         """A length-codec stream out of step fails the call with link_down and reopens the link."""
-        peer = LengthPeer(str(tmp_path / "dev.tty"))
-        d = start(tmp_path, peer.link, device={"codec": "length"})
-        try:
+        peer = procs.own(LengthPeer(str(tmp_path / "dev.tty")))
+        with start(tmp_path, peer.link, device={"codec": "length"}) as d:
             sub = d.client()
             sub.subscribe(["link"])
             c = d.client()
@@ -481,16 +459,11 @@ class TestOtherLinks:
             up, _ = wait_link_event(sub, "up")
             assert up["generation"] == 2
             assert c.call(b"\x01after").data == b"after"
-        finally:
-            d.stop()
-            peer.stop()
 
     @pytest.mark.timeout(30)
     def test_tcp_link_survives_a_dropped_connection(self, tmp_path: Path) -> None:
         """On tcp://, the device closing the connection is a loss; verld reconnects by itself."""
-        sim = SimProc(tmp_path, tcp=True)
-        d = start(tmp_path, sim.address)
-        try:
+        with SimProc(tmp_path, tcp=True) as sim, start(tmp_path, sim.address) as d:
             sub = d.client()
             sub.subscribe(["link"])
             c = d.client()
@@ -504,16 +477,11 @@ class TestOtherLinks:
             assert up["generation"] == 2
             r = c.call(b"\x01again")
             assert (r.data, r.generation) == (b"again", 2)
-        finally:
-            d.stop()
-            sim.stop()
 
     @pytest.mark.timeout(30)
     def test_tcp_events_before_the_handshake_reply_are_dropped(self, tmp_path: Path) -> None:
         """On tcp://, device events arriving before the handshake reply never reach clients."""
-        sim = SimProc(tmp_path, tcp=True)
-        d = start(tmp_path, sim.address)
-        try:
+        with SimProc(tmp_path, tcp=True) as sim, start(tmp_path, sim.address) as d:
             sub = d.client()
             sub.subscribe(["link", "events"])
             sim.control("hang")  # the handshake pings go unanswered: verld keeps connecting
@@ -530,9 +498,6 @@ class TestOtherLinks:
                 if ev["event"] == "device":
                     early.append(ev)
             assert early == []
-        finally:
-            d.stop()
-            sim.stop()
 
 
 class TestOutage:

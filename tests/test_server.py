@@ -118,8 +118,7 @@ class TestTaps:
 class TestLimits:
     def test_max_clients_refuses_with_busy(self, tmp_path: Path, sim: SimProc) -> None:
         """A connection beyond max_clients gets busy (id null) and is closed."""
-        d = start(tmp_path, sim, api={"max_clients": 2})
-        try:
+        with start(tmp_path, sim, api={"max_clients": 2}) as d:
             d.client()
             d.client()
             s = socket.socket(socket.AF_UNIX)
@@ -130,13 +129,10 @@ class TestLimits:
             assert b'"busy"' in body and b'"id":null' in body
             assert s.recv(1) == b""
             s.close()
-        finally:
-            d.stop()
 
     def test_client_queue_share_gives_busy(self, tmp_path: Path, sim: SimProc) -> None:
         """A client past its share of waiting/in-flight calls gets busy for the excess."""
-        d = start(tmp_path, sim, api={"client_queue": 4})
-        try:
+        with start(tmp_path, sim, api={"client_queue": 4}) as d:
             c = d.client()
             delay = b"\x03" + struct.pack(">H", 300)
             for i in range(8):
@@ -146,13 +142,10 @@ class TestLimits:
                 msg = c.receive()
                 codes.append("ok" if msg["ok"] else msg["error"]["code"])
             assert codes.count("busy") == 4 and codes.count("ok") == 4
-        finally:
-            d.stop()
 
     def test_slow_subscriber_never_slows_others(self, tmp_path: Path, sim: SimProc) -> None:
         """A subscriber that never reads: others' calls succeed; it is dropped or overflows."""
-        d = start(tmp_path, sim, api={"max_backlog": 200_000})
-        try:
+        with start(tmp_path, sim, api={"max_backlog": 200_000}) as d:
             slow = Client(d.socket, timeout=10).connect()
             slow.subscribe(["traffic", "wire", "events"])
             worker = d.client()
@@ -163,16 +156,13 @@ class TestLimits:
             st = d.status()
             assert st["events_dropped"] > 0 or st["clients"] == 2
             slow.close()
-        finally:
-            d.stop()
 
     @pytest.mark.timeout(30)
     def test_small_max_backlog_still_drops_a_client_that_never_reads(
         self, tmp_path: Path, sim: SimProc
     ) -> None:
         """max_backlog below the 64 KiB high-water mark: a non-reader is dropped past it."""
-        d = start(tmp_path, sim, api={"max_backlog": 8192})
-        try:
+        with start(tmp_path, sim, api={"max_backlog": 8192}) as d:
             raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             raw.connect(d.socket)
@@ -190,15 +180,12 @@ class TestLimits:
             )
             assert d.client().call(b"\x01still here").data == b"still here"
             raw.close()
-        finally:
-            d.stop()
 
 
 class TestAbandonedCalls:
     def test_departed_clients_call_frees_the_window(self, tmp_path: Path, sim: SimProc) -> None:
         """verl: a client that leaves with calls on the link frees their window slots at once."""
-        d = start(tmp_path, sim, device={"window": 2})
-        try:
+        with start(tmp_path, sim, device={"window": 2}) as d:
             gone = Client(d.socket, timeout=5).connect()
             slow = b"\x03" + struct.pack(">H", 2000)
             for i in range(2):
@@ -209,16 +196,15 @@ class TestAbandonedCalls:
             gone.close()
             r = d.client().call(b"\x01next", timeout=1)
             assert r.data == b"next" and r.ms < 1500
-        finally:
-            d.stop()
 
     def test_length_abandoned_call_runs_out_within_device_timeout(self, tmp_path: Path) -> None:
         """length: a departed client's long call holds the device no longer than device.timeout."""
-        sim = SimProc(tmp_path, codec="length")
-        d = DaemonProc(
-            write_config(tmp_path, sim.link, {"device": {"codec": "length", "timeout": 0.5}})
-        )
-        try:
+        with (
+            SimProc(tmp_path, codec="length") as sim,
+            DaemonProc(
+                write_config(tmp_path, sim.link, {"device": {"codec": "length", "timeout": 0.5}})
+            ) as d,
+        ):
             gone = Client(d.socket, timeout=5).connect()
             sim.control("set drop 1")  # the device never answers this one
             gone.send(
@@ -234,6 +220,3 @@ class TestAbandonedCalls:
             gone.close()
             r = d.client().call(b"\x01after", timeout=2, wait=True)
             assert r.data == b"after"
-        finally:
-            d.stop()
-            sim.stop()

@@ -40,6 +40,7 @@ from test_units import TARGETS, make_install, offline, parse_unit
 
 from verld import journal
 from verld.client import Client, ClientError
+from verld.testing import Processes
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -47,13 +48,6 @@ JOURNALD = "/lib/systemd/systemd-journald"
 SOCKET_ACTIVATE = "/usr/bin/systemd-socket-activate"
 NSENTER = shutil.which("nsenter") or "nsenter"
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimProc]:
-    s = SimProc(tmp_path)
-    yield s
-    s.stop()
 
 
 class Notifications:
@@ -128,6 +122,12 @@ class Verld:
         self._log.close()
         return self.proc.returncode
 
+    def __enter__(self) -> Verld:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 def verld_argv(config: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "verld", "--config", str(config), *extra]
@@ -150,12 +150,10 @@ def notify(tmp_path: Path) -> Iterator[Notifications]:
     n.close()
 
 
-def run_notified(
-    tmp_path: Path, sim: SimProc, notify: Notifications, **env: str
-) -> tuple[Verld, Path]:
+def run_notified(tmp_path: Path, sim: SimProc, notify: Notifications, **env: str) -> Verld:
     config = write_config(tmp_path, sim.link)
     env = {"NOTIFY_SOCKET": notify.env_value, **env}
-    return Verld(verld_argv(config), tmp_path / "verld.log", env), config
+    return Verld(verld_argv(config), tmp_path / "verld.log", env)
 
 
 class TestNotify:
@@ -163,49 +161,39 @@ class TestNotify:
         self, tmp_path: Path, sim: SimProc, notify: Notifications
     ) -> None:
         """READY=1 is sent after the API socket listens: a connect right after it succeeds."""
-        v, _ = run_notified(tmp_path, sim, notify)
-        try:
+        with run_notified(tmp_path, sim, notify) as v:
             notify.wait_key("READY", "1")
             assert connectable(str(tmp_path / "verld.sock"))
             with Client(str(tmp_path / "verld.sock"), timeout=10) as c:
                 assert c.hello()["version"] == "1"
-        finally:
             assert v.stop() == 0
 
     def test_status_lines_follow_the_link(
         self, tmp_path: Path, sim: SimProc, notify: Notifications
     ) -> None:
         """STATUS= is one human line naming the link state, port and client count."""
-        v, _ = run_notified(tmp_path, sim, notify)
-        try:
+        with run_notified(tmp_path, sim, notify):
             msg = notify.wait(lambda m: m.get("STATUS", "").startswith("link up"))
             assert sim.link in msg["STATUS"]
             assert "clients" in msg["STATUS"]
             assert "\n" not in msg["STATUS"]
-        finally:
-            v.stop()
 
     def test_watchdog_pings_periodically(
         self, tmp_path: Path, sim: SimProc, notify: Notifications
     ) -> None:
         """With WATCHDOG_USEC=200000, WATCHDOG=1 keeps arriving (every 0.1 s)."""
-        v, _ = run_notified(tmp_path, sim, notify, WATCHDOG_USEC="200000")
-        try:
+        with run_notified(tmp_path, sim, notify, WATCHDOG_USEC="200000"):
             for _ in range(10):
                 notify.wait_key("WATCHDOG", "1")
                 notify.messages.clear()
-        finally:
-            v.stop()
 
     def test_watchdog_for_another_pid_is_ignored(
         self, tmp_path: Path, sim: SimProc, notify: Notifications
     ) -> None:
         """WATCHDOG_PID naming another process turns the pings off."""
-        v, _ = run_notified(tmp_path, sim, notify, WATCHDOG_USEC="200000", WATCHDOG_PID="1")
-        try:
+        with run_notified(tmp_path, sim, notify, WATCHDOG_USEC="200000", WATCHDOG_PID="1") as v:
             notify.wait(lambda m: m.get("STATUS", "").startswith("link up"))
             time.sleep(0.5)
-        finally:
             assert v.stop() == 0
         notify.wait_key("STOPPING", "1")
         assert not any("WATCHDOG" in m for m in notify.messages)
@@ -214,19 +202,17 @@ class TestNotify:
         self, tmp_path: Path, sim: SimProc, notify: Notifications
     ) -> None:
         """SIGTERM: STOPPING=1 is sent and verld exits 0."""
-        v, _ = run_notified(tmp_path, sim, notify)
-        notify.wait_key("READY", "1")
-        assert v.stop() == 0
+        with run_notified(tmp_path, sim, notify) as v:
+            notify.wait_key("READY", "1")
+            assert v.stop() == 0
         notify.wait_key("STOPPING", "1")
 
     def test_abstract_notify_socket(self, tmp_path: Path, sim: SimProc) -> None:
         """NOTIFY_SOCKET=@name reaches a socket in the abstract namespace."""
         n = Notifications(f"@verld-test-{uuid.uuid4().hex}")
         try:
-            v, _ = run_notified(tmp_path, sim, n)
-            try:
+            with run_notified(tmp_path, sim, n) as v:
                 n.wait_key("READY", "1")
-            finally:
                 assert v.stop() == 0
             n.wait_key("STOPPING", "1")
         finally:
@@ -236,15 +222,13 @@ class TestNotify:
         self, tmp_path: Path, sim: SimProc, notify: Notifications
     ) -> None:
         """SIGHUP sends RELOADING=1 with MONOTONIC_USEC, then READY=1 again."""
-        v, _ = run_notified(tmp_path, sim, notify)
-        try:
+        with run_notified(tmp_path, sim, notify) as v:
             notify.wait_key("READY", "1")
             notify.messages.clear()
             v.proc.send_signal(signal.SIGHUP)
             reloading = notify.wait_key("RELOADING", "1")
             assert int(reloading["MONOTONIC_USEC"]) > 0
             notify.wait_key("READY", "1")
-        finally:
             assert v.stop() == 0
 
 
@@ -257,10 +241,9 @@ def activated(tmp_path: Path, sim: SimProc) -> Iterator[tuple[Verld, Path]]:
     config = write_config(tmp_path, sim.link, {"api": {"socket": str(tmp_path / "unused.sock")}})
     path = tmp_path / "activated.sock"
     argv = [SOCKET_ACTIVATE, "-l", str(path), "-E", f"PYTHONPATH={REPO}", *verld_argv(config)]
-    v = Verld(argv, tmp_path / "verld.log")
-    wait_for(lambda: listening(path), 10, "systemd-socket-activate to listen")
-    yield v, path
-    v.stop()
+    with Verld(argv, tmp_path / "verld.log") as v:
+        wait_for(lambda: listening(path), 10, "systemd-socket-activate to listen")
+        yield v, path
 
 
 def listening(path: Path) -> bool:
@@ -483,8 +466,7 @@ class TestModbusActivation:
         """A Modbus master's connection starts verld and reads unit 1's registers 0..9."""
         # verld-sim: register i = i; status.modbus.listen is that address.
         port, api = free_port(), tmp_path / "activated.sock"
-        v = activate_modbus(tmp_path, modbus_config(tmp_path), port, api)
-        try:
+        with activate_modbus(tmp_path, modbus_config(tmp_path), port, api) as v:
             assert _program(v.proc.pid) == SOCKET_ACTIVATE
             master = modbus_master(port)
             try:
@@ -499,7 +481,6 @@ class TestModbusActivation:
             assert r.registers == list(range(10))
             assert status["modbus"]["listen"] == f"127.0.0.1:{port}"
             assert not (tmp_path / "unused.sock").exists()
-        finally:
             assert v.stop() == 0, v.log()
         assert "Traceback" not in v.log()
 
@@ -519,8 +500,7 @@ class TestModbusActivation:
             f"PYTHONPATH={REPO}",
             *verld_argv(modbus_config(tmp_path)),
         ]
-        v = Verld(argv, tmp_path / "verld.log")
-        try:
+        with Verld(argv, tmp_path / "verld.log") as v:
             wait_for(lambda: listening(api), 10, "systemd-socket-activate to listen")
             status = wait_link_up(api)
             assert status["modbus"]["listen"] == f"127.0.0.1:{port}"
@@ -530,7 +510,6 @@ class TestModbusActivation:
             finally:
                 master.close()  # type: ignore[no-untyped-call]
             assert r.registers == [3, 4]
-        finally:
             assert v.stop() == 0, v.log()
 
     def test_modbus_fd_alone_beside_an_own_api_socket(self, tmp_path: Path) -> None:
@@ -538,8 +517,7 @@ class TestModbusActivation:
         # verld-modbus@.socket for verld@.service.
         port, own = free_port(), tmp_path / "instance.sock"
         config = modbus_config(tmp_path)
-        v = activate_modbus(tmp_path, config, port, None, "--socket", str(own))
-        try:
+        with activate_modbus(tmp_path, config, port, None, "--socket", str(own)) as v:
             master = modbus_master(port)
             try:
                 wait_for(lambda: connectable(str(own)), 15, "verld on --socket's path")
@@ -549,7 +527,6 @@ class TestModbusActivation:
                 master.close()  # type: ignore[no-untyped-call]
             assert r.registers == list(range(10))
             assert status["modbus"]["listen"] == f"127.0.0.1:{port}"
-        finally:
             assert v.stop() == 0, v.log()
         assert not own.exists()
 
@@ -557,8 +534,7 @@ class TestModbusActivation:
         """A `modbus` fd with device.codec verl makes verld say why and exit 2, no traceback."""
         # Restart=on-failure will not fix it: the config or the unit must.
         port, api = free_port(), tmp_path / "activated.sock"
-        v = activate_modbus(tmp_path, modbus_config(tmp_path, codec="verl"), port, api)
-        try:
+        with activate_modbus(tmp_path, modbus_config(tmp_path, codec="verl"), port, api) as v:
             with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
                 wait_for(lambda: v.proc.poll() is not None, 20, "verld to exit")
                 try:
@@ -566,7 +542,6 @@ class TestModbusActivation:
                 except ConnectionResetError:
                     answer = b""
             assert answer == b""  # the connection that started it: closed, unanswered
-        finally:
             code = v.stop()
         log = v.log()
         assert code == 2, log
@@ -1126,12 +1101,9 @@ def journal_config(tmp_path: Path, sim: SimProc, fmt: str = "journal") -> Path:
 def journal_verld(
     tmp_path: Path, sim: SimProc, jns: JournalNamespace
 ) -> Iterator[tuple[Verld, JournalNamespace]]:
-    v = Verld(jns.cmd(*verld_argv(journal_config(tmp_path, sim))), tmp_path / "verld.log")
-    try:
+    with Verld(jns.cmd(*verld_argv(journal_config(tmp_path, sim))), tmp_path / "verld.log") as v:
         wait_for(lambda: connectable(str(tmp_path / "verld.sock")), 15, "verld to listen")
         yield v, jns
-    finally:
-        v.stop()
 
 
 def verlctl(ns: JournalNamespace, *args: str, env: Mapping[str, str] | None = None) -> Any:
@@ -1183,15 +1155,13 @@ class TestJournal:
         stderr_path = tmp_path / "stderr"
         stderr_path.touch()
         st = stderr_path.stat()
-        v = Verld(
+        with Verld(
             jns.cmd(*verld_argv(journal_config(tmp_path, sim, fmt="auto"))),
             tmp_path / "verld.log",
             env={"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"},
             stderr_path=stderr_path,
-        )
-        try:
+        ) as v:
             jns.wait_entries("EVENT=ready", f"_PID={v.proc.pid}")
-        finally:
             assert v.stop() == 0
         assert "link_up" not in v.log()
 
@@ -1199,10 +1169,10 @@ class TestJournal:
         self, tmp_path: Path, sim: SimProc, empty_ns: JournalNamespace
     ) -> None:
         """log.format journal without a journald: a warning, then JSON lines on stderr."""
-        v = Verld(empty_ns.cmd(*verld_argv(journal_config(tmp_path, sim))), tmp_path / "verld.log")
-        try:
+        with Verld(
+            empty_ns.cmd(*verld_argv(journal_config(tmp_path, sim))), tmp_path / "verld.log"
+        ) as v:
             wait_for(lambda: "link_up" in v.log(), 15, "link_up on stderr")
-        finally:
             assert v.stop() == 0
         records = [json.loads(line) for line in v.log().splitlines() if line.startswith("{")]
         assert records[0]["event"] == "journal_unavailable"
@@ -1245,35 +1215,31 @@ class TestVerlctlJournal:
         assert rec["ts"] > 0 and "socket" in rec
 
     def test_follow_prints_new_records(
-        self, tmp_path: Path, journal_verld: tuple[Verld, JournalNamespace]
+        self, tmp_path: Path, journal_verld: tuple[Verld, JournalNamespace], procs: Processes
     ) -> None:
         """-f keeps printing records as they arrive; SIGTERM ends it with exit 0."""
         _, ns = journal_verld
         ns.wait_entries("EVENT=ready")
-        follower = subprocess.Popen(
+        follower = procs.popen(
             ns.cmd(sys.executable, "-m", "verld.ctl", "logs", "--journal", "-f", "-n", "0"),
             stdout=subprocess.PIPE,
             text=True,
         )
         assert follower.stdout is not None
         deadline = time.monotonic() + 30
-        try:
-            # connect until a connect shows up: verlctl may start after the first one
-            while time.monotonic() < deadline:
-                with Client(str(tmp_path / "verld.sock"), timeout=10):
-                    pass
-                if select.select([follower.stdout], [], [], 1.0)[0]:
-                    line = follower.stdout.readline()
-                    assert line, "verlctl logs -f ended early"
-                    if "client_connected" in line:
-                        break
-            else:
-                raise AssertionError("verlctl logs -f printed no client_connected")
-        finally:
-            follower.send_signal(signal.SIGTERM)
-            assert follower.wait(10) == 0
-            assert follower.stdout is not None
-            follower.stdout.close()
+        # connect until a connect shows up: verlctl may start after the first one
+        while time.monotonic() < deadline:
+            with Client(str(tmp_path / "verld.sock"), timeout=10):
+                pass
+            if select.select([follower.stdout], [], [], 1.0)[0]:
+                line = follower.stdout.readline()
+                assert line, "verlctl logs -f ended early"
+                if "client_connected" in line:
+                    break
+        else:
+            raise AssertionError("verlctl logs -f printed no client_connected")
+        follower.send_signal(signal.SIGTERM)
+        assert follower.wait(10) == 0
 
     def test_no_journal_exits_3(self, empty_ns: JournalNamespace) -> None:
         """With no journald and no journal files: a clear message and exit 3, no traceback."""
@@ -1357,22 +1323,19 @@ class TestReload:
     def test_bad_config_keeps_serving(self, tmp_path: Path, sim: SimProc) -> None:
         """SIGHUP with an invalid config: logged, and verld keeps serving with the old one."""
         config = admin_config(tmp_path, sim)
-        d = DaemonProc(config)
-        try:
+        with DaemonProc(config) as d:
             config.write_text("device:\n  timout: 2\n")
             d.proc.send_signal(signal.SIGHUP)
             wait_for(lambda: "reload_failed" in d.log(), 10, "reload_failed in the log")
             assert "timout" in d.log()
             assert d.client().call(DELAY_700).data == b"slow"  # the 1.0 s timeout still holds
             assert d.status()["link"]["state"] == "up"
-        finally:
             assert d.stop() == 0
 
     def test_changed_timeout_applies(self, tmp_path: Path, sim: SimProc) -> None:
         """SIGHUP with a shorter device.timeout: a 0.7 s call that passed now times out."""
         config = admin_config(tmp_path, sim)
-        d = DaemonProc(config)
-        try:
+        with DaemonProc(config) as d:
             c = d.client()
             assert c.call(DELAY_700).data == b"slow"
             _edit(config, "device", timeout=0.2)
@@ -1381,30 +1344,25 @@ class TestReload:
             with pytest.raises(ClientError) as info:
                 c.call(DELAY_700)
             assert info.value.code == "timeout"
-        finally:
             assert d.stop() == 0
 
     def test_reload_op_returns_changed_keys(self, tmp_path: Path, sim: SimProc) -> None:
         """The `reload` op answers the key paths it applied."""
         config = admin_config(tmp_path, sim)
-        d = DaemonProc(config)
-        try:
+        with DaemonProc(config) as d:
             _edit(config, "device", timeout=2.5)
             assert d.client().request("reload")["changed"] == ["device.timeout"]
-        finally:
             assert d.stop() == 0
 
     def test_reload_op_with_bad_config_is_bad_config(self, tmp_path: Path, sim: SimProc) -> None:
         """The `reload` op with an invalid file answers bad_config; the daemon still serves."""
         config = admin_config(tmp_path, sim)
-        d = DaemonProc(config)
-        try:
+        with DaemonProc(config) as d:
             config.write_text("device: [")
             with pytest.raises(ClientError) as info:
                 d.client().request("reload")
             assert info.value.code == "bad_config"
             assert d.client().call(b"\x01ok").data == b"ok"
-        finally:
             assert d.stop() == 0
 
 
@@ -1415,14 +1373,12 @@ class TestSocketOverride:
         """--socket PATH (verld@.service) serves PATH, and a reload does not touch it."""
         config = admin_config(tmp_path, sim)
         path = tmp_path / "instance.sock"
-        v = Verld(verld_argv(config, "--socket", str(path)), tmp_path / "verld.log")
-        try:
+        with Verld(verld_argv(config, "--socket", str(path)), tmp_path / "verld.log") as v:
             wait_for(lambda: connectable(str(path)), 15, "verld on --socket's path")
             assert not (tmp_path / "verld.sock").exists()
             _edit(config, "device", timeout=2.5)
             with Client(str(path), timeout=10) as c:
                 assert c.request("reload")["changed"] == ["device.timeout"]
-        finally:
             assert v.stop() == 0
         assert not path.exists()
 
@@ -1436,18 +1392,17 @@ class TestDrain:
             sim.link,
             {"device": {"timeout": 10.0, "window": 1}, "api": {"drain": 10.0}},
         )
-        d = DaemonProc(config)
-        slow, queued = d.client(), d.client()
-        slow.send({"op": "call", "id": "slow", "data": _b64(b"\x03\x05\xdcslow")})  # 1.5 s
-        wait_for(lambda: d.status()["inflight"] >= 1, 10, "the slow call in flight")
-        for n in range(3):
-            queued.send({"op": "call", "id": n, "data": _b64(b"\x01q")})
-        wait_for(lambda: d.status()["queue"] >= 3, 10, "three queued calls")
-        d.proc.send_signal(signal.SIGTERM)
-        reply = slow.receive()
-        codes = sorted(str(queued.receive().get("error", {}).get("code")) for _ in range(3))
-        assert d.proc.wait(30) == 0
-        d.stop()
+        with DaemonProc(config) as d:
+            slow, queued = d.client(), d.client()
+            slow.send({"op": "call", "id": "slow", "data": _b64(b"\x03\x05\xdcslow")})  # 1.5 s
+            wait_for(lambda: d.status()["inflight"] >= 1, 10, "the slow call in flight")
+            for n in range(3):
+                queued.send({"op": "call", "id": n, "data": _b64(b"\x01q")})
+            wait_for(lambda: d.status()["queue"] >= 3, 10, "three queued calls")
+            d.proc.send_signal(signal.SIGTERM)
+            reply = slow.receive()
+            codes = sorted(str(queued.receive().get("error", {}).get("code")) for _ in range(3))
+            assert d.proc.wait(30) == 0
         assert (reply["id"], reply["ok"]) == ("slow", True)
         assert codes == ["shutting_down"] * 3
 
@@ -1456,14 +1411,13 @@ class TestDrain:
         config = write_config(
             tmp_path, sim.link, {"device": {"timeout": 10.0}, "api": {"drain": 0.3}}
         )
-        d = DaemonProc(config)
-        c = d.client()
-        c.send({"op": "call", "id": "long", "data": _b64(b"\x03\x13\x88long")})  # 5 s
-        wait_for(lambda: d.status()["inflight"] >= 1, 10, "the call in flight")
-        d.proc.send_signal(signal.SIGTERM)
-        reply = c.receive()
-        assert d.proc.wait(30) == 0
-        d.stop()
+        with DaemonProc(config) as d:
+            c = d.client()
+            c.send({"op": "call", "id": "long", "data": _b64(b"\x03\x13\x88long")})  # 5 s
+            wait_for(lambda: d.status()["inflight"] >= 1, 10, "the call in flight")
+            d.proc.send_signal(signal.SIGTERM)
+            reply = c.receive()
+            assert d.proc.wait(30) == 0
         assert reply["error"]["code"] == "shutting_down"
 
 

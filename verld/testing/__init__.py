@@ -12,14 +12,19 @@ package (`from verld.testing import SimProc, DaemonProc, write_config`):
   heartbeat and reconnect; docs/config.md for every key);
 - `DaemonProc`: verld as a subprocess, waited for until it listens (and, by
   default, until its link is up), with connected `verld.client.Client`s;
+- `Processes`: the owner of what a test starts (sims, daemons, other programs,
+  anything `Stoppable`), which stops it all at its end;
 - `wait_for`: poll a condition with a deadline;
 - `ManualClock` and the session rig (`verld.testing.session`): a
   `verld.alarm.Clock` whose time moves only when told, a fake transport and
   device, and `SessionRig`, the one way tests drive a session and its supervisor
   without ports or sleeps.
 
-Everything a helper starts is stopped by pid in its `stop()`; call it (a pytest
-fixture's teardown, a `finally`) and nothing leaks. As a safety net for a test that
+Everything a helper starts is stopped by pid in its `stop()`, which may be called
+again; the one way to be sure it is called is to let something own the process:
+`with SimProc(tmp) as sim:` stops it when the block ends, whatever happens in it, and
+`Processes` (verld's suite has it as the `procs` fixture) owns all a test starts and
+stops them, newest first, at its own end. As a safety net for a test that
 fails before its clean-up, `running()` and `stop_leftovers(before)` stop whatever
 was started since (verld's own suite does so after every test). Failures raise
 HarnessError, an AssertionError, so a test meeting one fails rather than errors.
@@ -38,9 +43,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, Self, TypeVar
 
 import yaml
 
@@ -52,7 +57,9 @@ __all__ = [
     "DaemonProc",
     "HarnessError",
     "ManualClock",
+    "Processes",
     "SimProc",
+    "Stoppable",
     "running",
     "sim_control",
     "sim_control_async",
@@ -236,6 +243,12 @@ class SimProc:
         """Stop it (SIGKILL after 5 s); its exit code (0: a clean stop)."""
         return stop_process(self.proc, sig, grace=5.0)
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 # --- verld -------------------------------------------------------------------------------
 
@@ -357,3 +370,73 @@ class DaemonProc:
         code = stop_process(self.proc, sig, grace=10.0)
         self._log.close()
         return code
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --- an owner ----------------------------------------------------------------------------
+
+
+class Stoppable(Protocol):
+    """What `Processes` owns: anything with a `stop()` that may be called again."""
+
+    def stop(self) -> object: ...
+
+
+_P = TypeVar("_P", bound=Stoppable)
+
+
+class Processes:
+    """The owner of the processes a test starts: each is stopped when the owner is
+    (`stop()`, the end of its `with` block, or the `procs` fixture's teardown), newest
+    first, whether the test passed or not.
+
+    `sim(...)` and `daemon(...)` start and own a SimProc and a DaemonProc; `own(x)` takes
+    any other thing with a `stop()` (a rig of tests/, say) and `popen(cmd)` starts a
+    plain subprocess, stopped by `stop_process` (SIGTERM, SIGKILL after 10 s).
+    """
+
+    def __init__(self) -> None:
+        self._stops: list[Callable[[], object]] = []  #: in the order they were owned
+
+    def own(self, thing: _P) -> _P:
+        """Own `thing` (already started): stopped with the rest; `thing` itself."""
+        self._stops.append(thing.stop)
+        return thing
+
+    def sim(self, tmp: Path, *args: str, **kw: Any) -> SimProc:
+        """A started `SimProc(tmp, *args, **kw)`, owned."""
+        return self.own(SimProc(tmp, *args, **kw))
+
+    def daemon(self, config: Path, **kw: Any) -> DaemonProc:
+        """A started `DaemonProc(config, **kw)`, owned."""
+        return self.own(DaemonProc(config, **kw))
+
+    def popen(self, cmd: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
+        """`subprocess.Popen(cmd, **kw)`, owned (and one of `running()` until stopped)."""
+        proc: subprocess.Popen[Any] = subprocess.Popen(cmd, **kw)
+        _started(proc)
+        self._stops.append(lambda: stop_process(proc))
+        return proc
+
+    def stop(self) -> None:
+        """Stop everything owned, newest first; every one is stopped even if one fails
+        to (the first failure is raised after)."""
+        failure: BaseException | None = None
+        while self._stops:
+            try:
+                self._stops.pop()()
+            except BaseException as exc:  # raised once the others are stopped
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
