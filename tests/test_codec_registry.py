@@ -36,7 +36,7 @@ def config(codec: str, payload: str = "", interval: float = 2.0, **line: str) ->
 class TestNames:
     def test_the_names_are_the_config_schemas_codecs_in_order(self) -> None:
         """The registry lists exactly the config schema's CODECS, in the same order."""
-        assert tuple(CODECS) == config_package.CODECS
+        assert tuple(CODECS) == tuple(config_package.CODECS)
 
     def test_each_spec_is_filed_under_its_own_name(self) -> None:
         """CODECS maps every name to the spec of that name."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -97,11 +97,13 @@ def _nonempty(item: Item, expect: str) -> str:
     return text
 
 
-def choice(options: tuple[str, ...], case: Callable[[str], str] = str.lower) -> Check:
-    """One of `options`, compared after `case`; a near miss gets a suggestion."""
-    expect = "one of " + ", ".join(options)
+def choice(options: Collection[str], case: Callable[[str], str] = str.lower) -> Check:
+    """One of `options`, compared after `case`; a near miss gets a suggestion. The
+    options are read at each check: a live view (the codec registry's names) stays
+    live."""
 
     def check(item: Item) -> str:
+        expect = "one of " + ", ".join(options)
         text = string(item, expect)
         if case(text) in options:
             return case(text)

@@ -201,8 +201,9 @@ DEFAULT_ACTIONS: Mapping[str, int] = MappingProxyType(
     {"echo": 1, "info": 2, "delay": 3, "fail": 4, "status": 5, "events": 6}
 )
 
-#: `device.codec`'s choices: the codec registry's names, in its order
-CODECS = tuple(SPECS)
+#: `device.codec`'s choices: the codec registry's names, in its order (a live view: a
+#: codec registered later is a choice too)
+CODECS = SPECS.keys()
 #: the codecs of a Modbus bus (`CodecSpec.bus`): they take `MODBUS_DEVICE_DEFAULTS`
 MODBUS_CODECS = tuple(name for name, codec in SPECS.items() if codec.bus)
 #: on the Modbus codecs `device.timeout` defaults to this (a key the file sets wins):
