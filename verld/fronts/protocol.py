@@ -133,3 +133,10 @@ class FrontFigures:
     #: its rows of `verlctl status`, from the `status` reply, every text in it escaped
     #: already (`verld.ctl.render.safe`); none while it has nothing to show
     rows: Callable[[Mapping[str, Any]], Rows]
+
+
+def entries_of(st: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """The entries of a list part of the `status` reply (`ports`, `network`), read
+    defensively as it came off the wire: the mappings in it, none if it is no list."""
+    found = st.get(key)
+    return [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []

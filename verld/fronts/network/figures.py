@@ -4,40 +4,30 @@ series, labelled by name, and verlctl's `network` rows. No I/O: verlctl imports 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any
 
-from verld.fronts.protocol import FrontFigures, Rows
+from verld.fronts.protocol import FrontFigures, Rows, StreamFigures, entries_of
 from verld.metrics import Family
 
 
-class EntryStatus(TypedDict):
-    """One `status.network` entry (docs/protocol.md), in the reply's order."""
+class EntryStatus(StreamFigures):
+    """One `status.network` entry (docs/protocol.md): its connections' figures
+    (`StreamFigures`, after `connections` in the reply) and these."""
 
     name: str
     listen: str
     protocol: str
     mode: str
     connections: int
-    calls: int
-    ok: int
-    failed: dict[str, int]
-    dropped: int
-    ignored: int
-    bad_frames: int
     refused: dict[str, int]
     holder: str | None
     bytes_in: int
     bytes_out: int
 
 
-def _entries(st: Mapping[str, Any]) -> list[dict[str, Any]]:
-    entries = st.get("network")
-    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-
-
 def metrics(st: Mapping[str, Any]) -> list[Family]:
     """Per network port series, labelled by its name (none without network ports)."""
-    entries = _entries(st)
+    entries = entries_of(st, "network")
     if not entries:
         return []
     conns = Family("verld_network_connections", "gauge", "Connections open on the network port.")
@@ -71,7 +61,7 @@ def metrics(st: Mapping[str, Any]) -> list[Family]:
 def rows(st: Mapping[str, Any]) -> Rows:
     """One `network` row per network port (none without `network:`)."""
     out: Rows = []
-    for e in _entries(st):
+    for e in entries_of(st, "network"):
         failed = ", ".join(f"{k} x{n}" for k, n in (e.get("failed") or {}).items()) or "0"
         refused = ", ".join(f"{k} x{n}" for k, n in (e.get("refused") or {}).items()) or "0"
         holder = f"  held by {e.get('holder')}" if e.get("holder") else ""

@@ -4,25 +4,19 @@ series, labelled by link, and verlctl's `vport` rows. No I/O: verlctl imports it
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any
 
-from verld.fronts.protocol import FrontFigures, Rows
+from verld.fronts.protocol import FrontFigures, Rows, StreamFigures, entries_of
 from verld.metrics import Family
 
 
-class PortStatus(TypedDict):
-    """One `status.ports` entry (docs/protocol.md), in the reply's order: the port's
-    link, whether a program has it open, its program's figures (`StreamFigures`), the
-    entry's `write` and `events`."""
+class PortStatus(StreamFigures):
+    """One `status.ports` entry (docs/protocol.md): the port's link, whether a program
+    has it open, its program's figures (`StreamFigures`, between `open` and `write` in
+    the reply), the entry's `write` and `events`."""
 
     link: str
     open: bool
-    calls: int
-    ok: int
-    failed: dict[str, int]
-    dropped: int
-    ignored: int
-    bad_frames: int
     write: bool
     events: bool
 
@@ -48,14 +42,9 @@ _SERIES = (
 )
 
 
-def _ports(st: Mapping[str, Any]) -> list[dict[str, Any]]:
-    ports = st.get("ports")
-    return [p for p in ports if isinstance(p, dict)] if isinstance(ports, list) else []
-
-
 def metrics(st: Mapping[str, Any]) -> list[Family]:
     """Per virtual serial port series, labelled by its link (none without ports)."""
-    ports = _ports(st)
+    ports = entries_of(st, "ports")
     if not ports:
         return []
     out = []
@@ -76,7 +65,7 @@ def metrics(st: Mapping[str, Any]) -> list[Family]:
 def rows(st: Mapping[str, Any]) -> Rows:
     """One `vport` row per virtual serial port (none without `ports:`)."""
     out: Rows = []
-    for p in _ports(st):
+    for p in entries_of(st, "ports"):
         failed = p.get("failed") or {}
         shown = ", ".join(f"{code} x{n}" for code, n in failed.items()) or "0"
         mode = "" if p.get("write", True) else "  read-only"
