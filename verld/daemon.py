@@ -29,6 +29,7 @@ import structlog
 
 from verld import __version__, cmdline, httpmetrics, logs, systemd
 from verld.config import Config, changed_keys, load_config
+from verld.config.load import check_file
 from verld.errors import ConfigError, ServeError
 from verld.fronts.base import CannotServe, Core, Front
 from verld.fronts.registry import FRONTS
@@ -346,13 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.check_config:
-        try:
-            load_config(args.check_config)
-        except ConfigError as exc:
-            print(f"verld: invalid config:\n{exc}", file=sys.stderr)
-            return 2
-        print(f"{args.check_config}: ok")
-        return 0
+        return check_file("verld", args.check_config, load_config)
     try:  # the file (--config, else /etc/verld/verld.yaml) or PORT, the command line on top
         start = cmdline.start_config(args)
     except cmdline.Usage as exc:

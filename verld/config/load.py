@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -65,6 +66,17 @@ def _construct_seq(loader: _Loader, node: yaml.SequenceNode) -> Iterator[MarkedS
 
 _Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+
+
+def check_file(program: str, path: str, load: Callable[[str], object]) -> int:
+    """`PROGRAM --check-config PATH`: "PATH: ok" and 0, or every error on stderr and 2."""
+    try:
+        load(path)
+    except ConfigError as exc:
+        print(f"{program}: invalid config:\n{exc}", file=sys.stderr)
+        return 2
+    print(f"{path}: ok")
+    return 0
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

@@ -18,6 +18,7 @@ import sys
 import structlog
 
 from verld import __version__, logs, systemd
+from verld.config.load import check_file
 from verld.errors import ConfigError, ServeError
 from verld.mqtt.config import BridgeConfig, Secrets, load_bridge_config
 
@@ -112,13 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.check_config:
-        try:
-            load_bridge_config(args.check_config)
-        except ConfigError as exc:
-            print(f"verld-mqtt: invalid config:\n{exc}", file=sys.stderr)
-            return 2
-        print(f"{args.check_config}: ok")
-        return 0
+        return check_file("verld-mqtt", args.check_config, load_bridge_config)
     if not args.config:
         parser.error("--config FILE is required (or --check-config FILE)")
     try:
