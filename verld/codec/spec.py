@@ -139,6 +139,8 @@ class CodecSpec:
     #: only with a seq field) returns itself as those settings make it; None: it is
     #: the same whatever the settings. `settled` applies it; `registry.spec_of` does.
     settle: Callable[[CodecSpec, Settings], CodecSpec] | None = None
+    #: the framing is declared in the config (`device.frame`): `frame`
+    declared: bool = False
 
     def settled(self, cfg: Settings) -> CodecSpec:
         """This codec as `cfg` makes it (its traits and factories for those settings)."""

@@ -110,7 +110,7 @@ def _mapping(
 
 
 def _inner_bad(item: Item) -> bool:
-    inside = item.path + "."
+    inside = item.path + "." if item.path else ""
     return any(path.startswith(inside) for path in item.ctx.bad)
 
 

@@ -45,7 +45,7 @@ def _check(cfg: Settings) -> list[Problem]:
     if frame is None:
         message = (
             "codec frame reads its framing from device.frame (start, header, length, "
-            "check, ...): add it, or choose another codec"
+            "check, ...): add it (on the command line: --frame FILE), or choose another codec"
         )
         return [Problem(("device.codec", "device.frame"), message)]
     payload = cfg.heartbeat.payload
@@ -98,4 +98,5 @@ FRAME = CodecSpec(
     device_ping=_device_ping,
     check=_check,
     settle=_settle,
+    declared=True,
 )
