@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import binascii
 import dataclasses
+import os
 import re
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 from pyubx2 import POLL, SET, UBXMessage  # type: ignore[import-untyped]
 
+from verld.cmdline import Usage, parser, start_config
 from verld.codec.frame.declaration import (
     Check,
     Event,
@@ -22,7 +25,9 @@ from verld.codec.frame.declaration import (
 from verld.codec.frame.frames import FrameFormat, FrameReader
 from verld.codec.registry import retry_of, spec_of
 from verld.config import Config, parse_config
+from verld.config.framefile import dump_declaration, load_declaration
 from verld.errors import ConfigError
+from verld.sim.device import make_personality
 
 MAX = 256
 
@@ -248,3 +253,56 @@ class TestWorkedDeclarations:
         escaped = frame.replace(b"\xdb", b"\xdb\xdd").replace(b"\xc0", b"\xdb\xdc")
         assert form.encode(data) == escaped + b"\xc0"
         assert FrameReader(form).feed(b"\xc0" + escaped + b"\xc0") == [data]
+
+
+# --- --frame FILE: verld's and verld-sim's command lines ----------------------------------
+
+
+def frame_file(tmp_path: Path, text: str = UBX) -> Path:
+    path = tmp_path / "frame.yaml"
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+class TestFrameFile:
+    def test_verld_takes_the_declaration(self, tmp_path: Path) -> None:
+        """`verld PORT --codec frame --frame FILE` runs on the file's declaration."""
+        path = frame_file(tmp_path)
+        args = parser().parse_args(["sim", "--codec", "frame", "--frame", str(path)])
+        start = start_config(args, euid=0, env={})
+        assert start.cfg.device.frame == load_declaration(str(path))
+        assert start.cfg.device.frame is not None and start.cfg.device.frame.header == 4
+
+    def test_frame_needs_codec_frame(self, tmp_path: Path) -> None:
+        """--frame with another codec is a usage error saying to add --codec frame."""
+        args = parser().parse_args(["sim", "--frame", str(frame_file(tmp_path))])
+        with pytest.raises(Usage, match="add --codec frame"):
+            start_config(args, euid=0, env={})
+
+    def test_a_bad_file_names_its_line(self, tmp_path: Path) -> None:
+        """A mistake in the --frame file is reported with that file's name and line."""
+        path = frame_file(tmp_path, 'start: "02"\nheader: 2\nlength: {offset: 0, size: 3}\n')
+        with pytest.raises(ConfigError, match=rf"{path}:3: length.size: expected a field size"):
+            load_declaration(str(path))
+
+    def test_dump_reads_back(self) -> None:
+        """A declaration written for the built-in sim reads back the same."""
+        frame = parse_config(config(UBX)).device.frame
+        assert frame is not None
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            f.write(dump_declaration(frame))
+        try:
+            assert load_declaration(f.name) == frame
+        finally:
+            os.unlink(f.name)
+
+    def test_sim_personality_answers_in_the_framing(self, tmp_path: Path) -> None:
+        """verld-sim's frame personality runs the command set on a request's payload."""
+        frame = load_declaration(str(frame_file(tmp_path)))
+        personality = make_personality("frame", 4096, frame=frame)
+        form = FrameFormat(frame, 4096)
+        [request] = personality.decode(form.encode(bytes.fromhex("0a040000") + b"\x01hi"))
+        response = personality.respond(request)
+        assert FrameReader(form).feed(b"".join(response.reply)) == [
+            bytes.fromhex("0a040200") + b"hi"
+        ]
