@@ -194,8 +194,8 @@ class TestRead:
         assert not any(found[:-1])
 
     def test_bad_check_resyncs_one_byte_after_start(self) -> None:
-        """A bad check drops the frame; the search resumes one byte after its start,
-        so a good frame inside its supposed extent is found."""
+        """A bad check drops the frame and the search resumes one byte after its start."""
+        # so a good frame inside the false frame's supposed extent is found
         good = encode(UBX, bytes.fromhex("0a040000"))
         false_start = bytes.fromhex("b5620101") + b"\x08\x00"  # claims 8 payload bytes
         stream = reader(UBX)
@@ -268,8 +268,7 @@ class TestRead:
         assert reader(frame).feed(b"\x11\x22" + encode(frame, b"\x05")) == [b"\x05"]
 
     def test_guard_drops_an_incomplete_frame(self) -> None:
-        """After a quiet guard an incomplete frame is dropped as bad, and frames held
-        behind its start are read."""
+        """After a quiet guard an incomplete frame is dropped and the frames behind it read."""
         good = encode(UBX, bytes.fromhex("0a040000"))
         stream = reader(UBX)
         assert stream.feed(bytes.fromhex("b5620101f000") + good) == []
@@ -308,8 +307,7 @@ class TestHost:
         ]
 
     def test_seq_wraps_at_the_field_size(self) -> None:
-        """The seq field holds the session's seq modulo 2^(8·size), and the session's
-        window wraps there too."""
+        """The seq field holds the seq modulo 2^(8·size), and the session's window wraps there."""
         codec = FrameCodec(STX, MAX)
         assert codec.pipelined and codec.seq_space == 256
         assert encode(STX, b"\x00\x00\x01", 256 + 9)[2] == 9
@@ -342,8 +340,8 @@ class TestHost:
         assert codec.bad_frames == 1
 
     def test_without_seq_the_match_bytes_pick_the_reply(self) -> None:
-        """Without seq, the reply is the first frame with the request's match bytes;
-        others are events."""
+        """Without seq the reply is the first frame with the request's match bytes."""
+        # (the others are events)
         codec = FrameCodec(DYNAMIXEL, MAX)
         codec.encode_request(0, bytes.fromhex("030001"))
         other = encode(DYNAMIXEL, bytes.fromhex("010000"))
@@ -393,8 +391,7 @@ class TestDevice:
         assert FramePortFraming(STX, MAX).reply(1, None, b"", None) == b""
 
     def test_command_framing_answers_with_the_request_header(self) -> None:
-        """The simulator runs the payload as a command and answers with the request's
-        header, the status at its offset."""
+        """The simulator answers a command with the request's header, its status in it."""
         sim = FrameCommandFraming(DYNAMIXEL, MAX)
         [request] = sim.feed(encode(DYNAMIXEL, bytes.fromhex("050001") + b"\x01x"))
         assert request.payload == b"\x01x"
@@ -558,10 +555,10 @@ class TestProperties:
     def test_any_cut_with_garbage_between(
         self, frame: FrameDeclaration, payloads: list[bytes], garbage: list[bytes], cuts: list[int]
     ) -> None:
-        """Any cut of a stream of valid frames with garbage between them decodes to the
-        same frames, for garbage that cannot begin a frame: without stuffing, bytes
-        other than the start's first; with stuffing, a piece of its own (ended by the
-        delimiter) that is not itself a frame."""
+        """Any cut of valid frames with garbage between them decodes to the same frames."""
+        # What is guaranteed, for garbage that cannot begin a frame: without stuffing,
+        # bytes other than the start's first; with stuffing, a piece of its own (ended by
+        # the delimiter) that is not itself a frame.
         form = FrameFormat(frame, MAX)
         datas = [bytes(frame.header) + payload for payload in payloads]
         assume(all(form.refuse(data) is None for data in datas))

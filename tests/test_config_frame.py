@@ -206,8 +206,7 @@ class TestWorkedDeclarations:
         assert len(worked()) == 3
 
     def test_ubx_against_pyubx2(self) -> None:
-        """The UBX declaration frames messages as pyubx2 does, and reads pyubx2's frames
-        with noise between them."""
+        """The UBX declaration frames as pyubx2 does and reads pyubx2's frames among noise."""
         ubx = worked()[0]
         assert ubx.device.frame is not None
         form = FrameFormat(ubx.device.frame, ubx.device.max_payload)
@@ -226,8 +225,8 @@ class TestWorkedDeclarations:
         assert ping is not None and form.encode(ping) == wires[0]
 
     def test_stx_pipelined(self) -> None:
-        """The STX declaration numbers calls in its seq byte and checks CRC-16/MODBUS
-        low byte first (the Modbus RTU example: 01 03 00 00 00 0A → C5 CD)."""
+        """The STX declaration numbers calls in its seq byte, CRC-16/MODBUS low byte first."""
+        # (the Modbus RTU example: 01 03 00 00 00 0A → C5 CD)
         stx = worked()[1]
         assert stx.device.frame is not None and spec_of(stx).pipelined
         form = FrameFormat(stx.device.frame, stx.device.max_payload)
