@@ -9,7 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import serial
 from support import DaemonProc, SimProc, write_config
+
+from verld.client import ClientError
+from verld.codec.frame.declaration import Check, Event, Field, FrameDeclaration, Length
+from verld.codec.frame.frames import FrameFormat, FrameReader
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,9 +44,10 @@ def rig(tmp: Path, declaration: str) -> tuple[SimProc, DaemonProc]:
     frame.write_text(declaration)
     sim = SimProc(tmp, "--frame", str(frame), codec="frame")
     try:
-        # the ping: a frame's data, the header alone (the sim answers it)
+        # the ping: a frame's data, the header alone (the sim answers it); a virtual port
         ping = "000001" if "seq" in declaration else "0001"
-        cfg = write_config(tmp, sim.link, {"heartbeat": {"payload": ping}})
+        ports = [{"link": str(tmp / "ttyV0")}]
+        cfg = write_config(tmp, sim.link, {"heartbeat": {"payload": ping}, "ports": ports})
         daemon = DaemonProc(cfg, args=("--codec", "frame", "--frame", str(frame)))
     except BaseException:
         sim.stop()
@@ -99,9 +105,47 @@ class TestWithSeq:
                 break
         assert [data[2:] for data in got] == [b"\x80evt" + i.to_bytes(4, "big") for i in range(2)]
 
+    def test_reply_false_is_refused(self, stx: DaemonProc) -> None:
+        """With seq every request is answered: `reply: false` is a bad_request."""
+        with pytest.raises(ClientError) as info:
+            stx.client().call(bytes.fromhex("000001") + b"\x01x", reply=False)
+        assert info.value.code == "bad_request"
+
+    def test_a_program_on_a_port_keeps_its_own_seqs(self, stx: DaemonProc) -> None:
+        """A program on a virtual port gets its own seqs back, the slow call's reply last."""
+        form = FrameFormat(stx_declaration(), 4096)
+        with serial.Serial(str(stx.config.parent / "ttyV0"), timeout=5) as port:
+            port.write(form.encode(b"\x00\x41\x01" + b"\x03\x01\x90slow"))
+            port.write(form.encode(b"\x00\x42\x01" + b"\x01fast"))
+            reader = FrameReader(form)
+            got: list[bytes] = []
+            while len(got) < 2:
+                chunk = port.read(1)
+                assert chunk, f"replies so far: {got}"
+                got += reader.feed(chunk)
+        assert [(data[1], data[3:]) for data in got] == [(0x42, b"fast"), (0x41, b"slow")]
+
+
+def stx_declaration() -> FrameDeclaration:
+    return FrameDeclaration(
+        header=3,
+        start=b"\x02",
+        length=Length(0, 1),
+        check=Check("CRC-16/MODBUS", order="little"),
+        end=b"\x03",
+        seq=Field(1, 1),
+        event=Event(2, (0x80,)),
+    )
+
 
 class TestWithoutSeq:
     def test_a_call_is_answered(self, no_seq: DaemonProc) -> None:
         """Without a seq a call's reply is the frame with its match byte."""
         reply = no_seq.client().call(bytes.fromhex("0007") + b"\x01hi")
         assert (reply.status, reply.data) == (0, b"\x02\x07hi")
+
+    def test_reply_false(self, no_seq: DaemonProc) -> None:
+        """Without seq a call may say `reply: false`: written once, it ends ok unanswered."""
+        reply = no_seq.client().call(bytes.fromhex("0009") + b"\x01x", reply=False)
+        assert reply.ok and not reply.reply
+        assert no_seq.client().call(bytes.fromhex("0007") + b"\x01y").data == b"\x01\x07y"
