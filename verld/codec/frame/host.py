@@ -63,6 +63,12 @@ class FrameCodec:
         self.desync: str | None = None  #: never out of step: the search resumes at once
         #: match bytes of the requests on the link: by seq, or (None) the one without
         self._expected: dict[int | None, bytes] = {}
+        self._awaiting = False  #: a call was on the link when bytes last came
+
+    @property
+    def partial(self) -> bool:
+        """Bytes of an incomplete frame are held (`flush` after a quiet guard)."""
+        return self._reader.partial
 
     def refuse(self, payload: bytes) -> str | None:
         """Why a call's data cannot be a frame (shorter than the header, too large for
@@ -79,6 +85,7 @@ class FrameCodec:
     def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
         """Replies and events from `data`; without seq, `awaiting_reply` says a call
         is on the link."""
+        self._awaiting = awaiting_reply
         found = self._reader.feed(data)
         messages = self._classify(found, awaiting_reply) if found else []
         self.bad_frames = self._reader.bad_frames + self._mismatched
@@ -89,6 +96,7 @@ class FrameCodec:
         how many others there were (to drop)."""
         events: list[Inbound] = []
         dropped = 0
+        self._awaiting = False
         for frame in self._reader.feed(data):
             if self._screen.is_event(frame):
                 events.append(_new(Inbound, (Kind.EVENT, None, None, frame, None)))
@@ -97,11 +105,11 @@ class FrameCodec:
         self.bad_frames = self._reader.bad_frames + self._mismatched
         return events, dropped
 
-    def flush(self, awaiting_reply: bool) -> list[Inbound]:
+    def flush(self) -> list[Inbound]:
         """The line has been quiet for `device.guard`: an incomplete frame is dropped,
-        and what follows its start is read again."""
+        and what follows its start is read again (as `feed` would have, then)."""
         found = self._reader.flush()
-        messages = self._classify(found, awaiting_reply) if found else []
+        messages = self._classify(found, self._awaiting) if found else []
         self.bad_frames = self._reader.bad_frames + self._mismatched
         return messages
 
