@@ -83,3 +83,12 @@ class TestFrameSession:
         rig.clock.advance(0.06)
         assert result[0].error is None and result[0].data[3:] == b"a"
         assert rig.session.codec.bad_frames == 1
+
+    def test_a_ping_answered_with_a_failure_status_still_proves_the_device(self) -> None:
+        """A reply whose `status` byte is not ok still answers the handshake's ping."""
+        rig = SessionRig(
+            CONFIG.replace("    seq:", '    status: {offset: 2, ok: ["00"]}\n    seq:')
+        )
+        [result] = rig.connect(same)  # the ping's cmd byte (01) is its status: not ok
+        assert result.status == 0xFF
+        assert rig.session.link.state is LinkState.UP

@@ -15,10 +15,12 @@ points and never ask which codec runs:
   exception reply is `device_error`; on RTU the line must be silent for 3.5
   characters before each request (`gap`, kept on the `precise` clock with its own
   alarm), and silence ends a reply whose bytes do not tell its length.
-- `Settling` (frame): a `Plain` line whose codec may hold an incomplete frame (a
-  false start in noise claiming a long length): once the line has been silent for
-  `device.guard`, the codec drops it (`flush`) and reads again what followed its
-  start, so the replies held behind it are not lost.
+- `Declared` (frame): a `Plain` line whose framing the config declares. Its codec
+  may hold an incomplete frame (a false start in noise claiming a long length):
+  once the line has been silent for `device.guard`, the codec drops it (`flush`)
+  and reads again what followed its start, so the replies held behind it are not
+  lost. Its replies' status is the device's own header byte, so any reply to a
+  ping, whatever its status, shows the device is there.
 
 Hooks that cost nothing on the plain line are None there (`heard`, `clear`), so
 the per-call path tests one attribute, not a codec.
@@ -247,9 +249,9 @@ class Turns(Plain):
         return self.bus.unit_calls()
 
 
-class Settling(Plain):
-    """A line whose codec may hold an incomplete frame (it has `partial` and `flush`):
-    after `device.guard` of silence the codec drops it and reads on (frame)."""
+class Declared(Plain):
+    """A declared framing's line (frame): after `device.guard` of silence an incomplete
+    frame is dropped and the codec reads on; any reply proves the device alive."""
 
     def __init__(
         self,
@@ -289,6 +291,9 @@ class Settling(Plain):
     def stop(self) -> None:
         self.alarm.cancel()
 
+    def proves_alive(self, result: CallResult) -> bool:
+        return result.status is not None  # (a reply, ok or not)
+
 
 def _moved(old: FairQueue, new: FairQueue) -> FairQueue:
     new.carry_over(old)
@@ -308,6 +313,6 @@ def discipline_for(
     """The discipline of `spec`'s line."""
     if spec.bus:
         return Turns(cfg, codec, link, rtu=spec.rtu, clock=clock, precise=precise, quiet=quiet)
-    if getattr(codec, "partial", None) is not None:  # (frame: an incomplete frame is held)
-        return Settling(cfg, codec, link, clock=clock, quiet=quiet)
+    if spec.declared:
+        return Declared(cfg, codec, link, clock=clock, quiet=quiet)
     return Plain(cfg, codec, link)
