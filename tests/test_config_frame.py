@@ -24,7 +24,7 @@ from verld.codec.frame.declaration import (
 )
 from verld.codec.frame.frames import FrameFormat, FrameReader
 from verld.codec.registry import retry_of, spec_of
-from verld.config import Config, parse_config
+from verld.config import Config, load_config, parse_config
 from verld.config.framefile import dump_declaration, load_declaration
 from verld.errors import ConfigError
 from verld.sim.device import make_personality
@@ -305,3 +305,9 @@ class TestFrameFile:
         assert FrameReader(form).feed(b"".join(response.reply)) == [
             bytes.fromhex("0a040200") + b"hi"
         ]
+
+
+def test_the_example_config_loads() -> None:
+    """configs/frame.yaml is a valid config for a pipelined frame device."""
+    cfg = load_config(Path(__file__).resolve().parent.parent / "configs" / "frame.yaml")
+    assert spec_of(cfg).pipelined and cfg.device.frame is not None

@@ -149,3 +149,23 @@ class TestWithoutSeq:
         reply = no_seq.client().call(bytes.fromhex("0009") + b"\x01x", reply=False)
         assert reply.ok and not reply.reply
         assert no_seq.client().call(bytes.fromhex("0007") + b"\x01y").data == b"\x01\x07y"
+
+
+def test_the_built_in_sim_speaks_the_declared_framing(tmp_path: Path) -> None:
+    """`device.port: sim` with codec frame: the daemon's own sim gets the declaration."""
+    frame = {
+        "start": "02",
+        "header": 3,
+        "length": {"offset": 0, "size": 1},
+        "check": {"kind": "CRC-16/MODBUS", "order": "little"},
+        "end": "03",
+        "seq": {"offset": 1, "size": 1},
+    }
+    device = {"codec": "frame", "frame": frame}
+    cfg = write_config(tmp_path, "sim", {"device": device, "heartbeat": {"payload": "000001"}})
+    daemon = DaemonProc(cfg)
+    try:
+        reply = daemon.client().call(bytes.fromhex("000001") + b"\x01hi")
+        assert (reply.status, reply.data[0], reply.data[2:]) == (0, 2, b"\x01hi")
+    finally:
+        daemon.stop()
