@@ -276,8 +276,8 @@ class TestBadValues:
         [
             (
                 ["sim", "--codec", "verll", "--socket", "/x.sock"],
-                "--codec: expected one of verl, length, line, modbus-rtu, modbus-tcp, got 'verll'; "
-                "did you mean 'verl'?",
+                "--codec: expected one of verl, length, line, modbus-rtu, modbus-tcp, frame, "
+                "got 'verll'; did you mean 'verl'?",
             ),
             (["sim", "--baudrate", "fast"], "--baudrate: expected a baud rate > 0, got 'fast'"),
             (["sim", "--baudrate", "0"], "--baudrate: expected a baud rate > 0, got 0"),

@@ -5,7 +5,8 @@ Three ways to start (docs/config.md, verld(8)):
 - `verld --config FILE [PORT] [--codec C] [--baudrate N] [--socket PATH]`: the file,
   with what the command line gives on top (the command line wins); for `line`
   devices also `--end RE`, `--event RE`, `--no-reply RE`, `--ping TEXT`, `--expect RE`
-  (`device.line.end`, `.event`, `.no_reply`, `heartbeat.payload`, `heartbeat.expect`);
+  (`device.line.end`, `.event`, `.no_reply`, `heartbeat.payload`, `heartbeat.expect`),
+  and for `frame` devices `--frame FILE` (a YAML file holding the `device.frame` mapping);
 - `verld PORT [--codec C] [--baudrate N] [--socket PATH]`, the quick start: no file is
   read, every other key takes its default, and the socket is `/run/verld/verld.sock`
   for root, else `$XDG_RUNTIME_DIR/verld.sock` (never a shared directory such as /tmp:
@@ -37,8 +38,10 @@ from typing import Any
 import structlog
 
 from verld import __version__
+from verld.codec.frame.declaration import FrameDeclaration
 from verld.codec.registry import CODECS, spec
 from verld.config import Config, DeviceConfig
+from verld.config.framefile import load_declaration
 from verld.config.load import parse_with, read_text
 from verld.config.model import MODBUS_DEVICE_DEFAULTS
 from verld.config.schema import cross_check, root_config
@@ -64,6 +67,8 @@ examples:
   verld tcp://10.0.0.5:4001 --codec length    a device behind ser2net or a converter
   verld /dev/ttyACM0 --codec line --no-reply '^[^?]*$' --ping '*IDN?' --expect '^ACME,'
                                          a SCPI instrument: set commands get no answer
+  verld /dev/ttyACM0 --codec frame --frame ubx.yaml
+                                         a binary device whose framing ubx.yaml declares
   verld --config /etc/verld/verld.yaml   the daemon as systemd runs it
   verld -c /etc/verld/verld.yaml /dev/ttyUSB1    that config on another port
   verld --check-config /etc/verld/verld.yaml     check a file: exit 0 (valid) or 2
@@ -76,8 +81,9 @@ $XDG_RUNTIME_DIR/verld.sock.
 
 #: the three ways to start, as `verld --help` and the usage on exit 2 show them
 USAGE = """\
-verld PORT [--codec CODEC] [--baudrate N] [--socket PATH] [LINE OPTIONS]
+verld PORT [--codec CODEC] [--baudrate N] [--socket PATH] [LINE OPTIONS] [--frame FILE]
        verld [--config FILE] [PORT] [--codec CODEC] [--baudrate N] [--socket PATH] [LINE OPTIONS]
+             [--frame FILE]
        verld --check-config FILE | --version | --help
 LINE OPTIONS: [--end RE] [--event RE] [--no-reply RE] [--ping TEXT] [--expect RE]"""
 
@@ -130,6 +136,13 @@ def parser() -> argparse.ArgumentParser:
     line = p.add_argument_group("line devices (codec line: SCPI, AT, G-code)")
     for flag, _key, what in _LINE_FLAGS:
         line.add_argument(flag, metavar="TEXT" if flag == "--ping" else "RE", help=what)
+    binary = p.add_argument_group("binary devices (codec frame: any declared framing)")
+    binary.add_argument(
+        "--frame",
+        metavar="FILE",
+        help="a YAML file holding the device.frame mapping (start, header, length, check, ...): "
+        "how the device frames its messages, over --config's",
+    )
     p.add_argument("--version", action="version", version=f"verld {__version__}")
     return p
 
@@ -177,6 +190,8 @@ class Options:
     socket: str | None = None
     #: the line devices' options given: config key → value (`--end`, `--ping`, ...)
     line: tuple[tuple[str, str], ...] = ()
+    #: `--frame FILE`'s declaration
+    frame: FrameDeclaration | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +266,8 @@ def start_config(
 
 
 def checked_options(args: argparse.Namespace) -> Options:
-    """PORT, --codec, --baudrate and --socket through the config's own checkers."""
+    """PORT, --codec, --baudrate and --socket through the config's own checkers; the
+    --frame file read and checked as `device.frame` is (ConfigError)."""
     device = _section("device")
     baudrate = None if args.baudrate is None else _number(args.baudrate)
     line = []
@@ -271,6 +287,7 @@ def checked_options(args: argparse.Namespace) -> Options:
         baudrate=_check("--baudrate", device.keys["baudrate"], baudrate),
         socket=_check("--socket", _section("api").keys["socket"], args.socket),
         line=tuple(line),
+        frame=None if args.frame is None else load_declaration(args.frame),
     )
 
 
@@ -310,6 +327,8 @@ def with_options(config: Config, options: Options, file_keys: set[str]) -> Confi
     line = {k.rsplit(".", 1)[1]: v for k, v in given.items() if k.startswith("device.line.")}
     if line:
         device["line"] = replace(config.device.line, **line)
+    if options.frame is not None:
+        device["frame"] = options.frame
     heartbeat = config.heartbeat
     if "heartbeat.payload" in given:
         heartbeat = replace(heartbeat, payload=given["heartbeat.payload"])
@@ -319,6 +338,10 @@ def with_options(config: Config, options: Options, file_keys: set[str]) -> Confi
     if options.line and not spec(device_cfg.codec).text:
         flags = ", ".join(f for f, key, _ in _LINE_FLAGS if key in given)
         raise Usage(f"{flags}: for line devices; add --codec line (codec is {device_cfg.codec})")
+    if options.frame is not None and not spec(device_cfg.codec).declared:
+        raise Usage(
+            f"--frame: for binary framings; add --codec frame (codec is {device_cfg.codec})"
+        )
     return replace(config, device=device_cfg, api=api, heartbeat=heartbeat)
 
 

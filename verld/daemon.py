@@ -189,7 +189,10 @@ class Daemon:
         logs.setup(new.log.level, new.log.format)
         core.set_debug(logs.level_enabled(new.log.level))
         core.reconfigure(new)
-        sim_codec = "device.codec" in changed or "device.max_payload" in changed
+        sim_codec = any(
+            k in ("device.codec", "device.max_payload") or k.startswith("device.frame")
+            for k in changed
+        )
         if self.sim is not None and sim_codec:  # the built-in sim must speak the new codec
             self.sim.restart(new)
         elif any(k.startswith(_DEVICE_KEYS) for k in changed):
@@ -225,7 +228,9 @@ class Sim:
     async def start(self, cfg: Config) -> None:
         """Start it and point the core at its pty (`_Failed` when it does not start)."""
         try:
-            child = self.child = await SimChild.start(cfg.device.codec, cfg.device.max_payload)
+            child = self.child = await SimChild.start(
+                cfg.device.codec, cfg.device.max_payload, frame=cfg.device.frame
+            )
         except (SimError, OSError) as exc:
             raise _Failed("sim_failed", str(exc)) from None
         log.info("sim_started", link=child.link, pid=child.proc.pid)
@@ -239,7 +244,7 @@ class Sim:
         """The link moves to the new sim's pty; the old sim goes."""
         dev = cfg.device
         try:
-            child = await SimChild.start(dev.codec, dev.max_payload)
+            child = await SimChild.start(dev.codec, dev.max_payload, frame=dev.frame)
         except (SimError, OSError) as exc:
             log.error("sim_restart_failed", error=str(exc), kept="the running sim")
             return

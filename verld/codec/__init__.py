@@ -1,4 +1,4 @@
-"""Sans-I/O codecs: `verl` (default), `length`, `line`, `modbus-rtu` and `modbus-tcp`.
+"""Sans-I/O codecs: `verl` (default), `length`, `line`, `modbus-rtu`, `modbus-tcp` and `frame`.
 
 Each codec module holds both sides of its framing: the host side (`LinkCodec`:
 requests out, replies and events in) and the device side (`PortFraming`: requests

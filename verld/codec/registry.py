@@ -12,6 +12,7 @@ one line in `_SPECS`.
 
 from __future__ import annotations
 
+from verld.codec.frame import FRAME
 from verld.codec.length import LENGTH
 from verld.codec.line import LINE
 from verld.codec.modbus.rtu import MODBUS_RTU
@@ -23,7 +24,7 @@ __all__ = ["CODECS", "CodecSpec", "Settings", "retry_of", "spec", "spec_of"]
 
 #: the one list of codecs (the config's `device.codec` choices are these names, in
 #: this order): the default comes first
-_SPECS = (VERL, LENGTH, LINE, MODBUS_RTU, MODBUS_TCP)
+_SPECS = (VERL, LENGTH, LINE, MODBUS_RTU, MODBUS_TCP, FRAME)
 CODECS: dict[str, CodecSpec] = {codec.name: codec for codec in _SPECS}
 
 
@@ -36,11 +37,11 @@ def spec(name: str) -> CodecSpec:
 
 
 def spec_of(cfg: Settings) -> CodecSpec:
-    """The codec `cfg.device.codec` names."""
-    return spec(cfg.device.codec)
+    """The codec `cfg.device.codec` names, as `cfg` sets it up (`CodecSpec.settled`)."""
+    return spec(cfg.device.codec).settled(cfg)
 
 
 def retry_of(cfg: Settings) -> int:
     """`device.retry`, or where it is null the codec's own default."""
     retry = cfg.device.retry
-    return spec(cfg.device.codec).retry if retry is None else retry
+    return spec_of(cfg).retry if retry is None else retry

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from verld.codec.base import CommandFraming, LinkCodec, PortFraming
+
+if TYPE_CHECKING:
+    from verld.codec.frame.declaration import FrameDeclaration
 
 
 class LineSettings(Protocol):
@@ -42,9 +45,13 @@ class DeviceSettings(Protocol):
     @property
     def retry(self) -> int | None: ...
     @property
+    def window(self) -> int: ...
+    @property
     def max_payload(self) -> int: ...
     @property
     def line(self) -> LineSettings: ...
+    @property
+    def frame(self) -> FrameDeclaration | None: ...
 
 
 class HeartbeatSettings(Protocol):
@@ -74,7 +81,9 @@ class Problem(NamedTuple):
 #: their own checks, so one typo does not cause a second, confusing message
 CHECKED = (
     "device.codec",
+    "device.window",
     "device.max_payload",
+    "device.frame",
     "device.line.terminator",
     "device.line.encoding",
     "heartbeat.payload",
@@ -126,3 +135,13 @@ class CodecSpec:
     #: what in the settings (`CHECKED`) this codec cannot send, e.g. a heartbeat
     #: payload it cannot frame: the config schema reports each problem
     check: Callable[[Settings], list[Problem]]
+    #: a codec whose traits or factories depend on its settings (`frame`: pipelined
+    #: only with a seq field) returns itself as those settings make it; None: it is
+    #: the same whatever the settings. `settled` applies it; `registry.spec_of` does.
+    settle: Callable[[CodecSpec, Settings], CodecSpec] | None = None
+    #: the framing is declared in the config (`device.frame`): `frame`
+    declared: bool = False
+
+    def settled(self, cfg: Settings) -> CodecSpec:
+        """This codec as `cfg` makes it (its traits and factories for those settings)."""
+        return self if self.settle is None else self.settle(self, cfg)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any
 
+from verld.codec.frame.declaration import FrameDeclaration
 from verld.codec.registry import CODECS as SPECS
 from verld.errors import ConfigError
 
@@ -60,6 +61,8 @@ class DeviceConfig:
     max_payload: int = 4096
     actions: Mapping[str, int] = field(default_factory=_no_actions)  #: the user's entries only
     line: LineConfig = field(default_factory=LineConfig)
+    #: the `frame` codec's declaration (None: no framing declared)
+    frame: FrameDeclaration | None = None
     rs485: Rs485Config | None = None  #: serial ports only: the driver turns the transceiver
 
 

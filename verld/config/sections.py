@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 from types import MappingProxyType
 
 from verld.config import leaves
+from verld.config.frame import frame as _frame
 from verld.config.model import (
     CODECS,
     LOG_FORMATS,
@@ -83,6 +84,7 @@ _DEVICE = Section(
         "max_payload": leaves.integer(1, 1048576),
         "actions": leaves.actions,
         "line": _LINE,
+        "frame": leaves.optional(_frame),
         "rs485": leaves.optional(_rs485),
     },
 )

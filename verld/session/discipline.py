@@ -5,7 +5,7 @@ discipline of the line, and the session holds exactly one, made by `discipline_f
 from the codec's traits. The session and its timekeeper call its hooks at fixed
 points and never ask which codec runs:
 
-- `Plain` (verl, length, line): every call is the line's own; a call whose tries
+- `Plain` (verl, length, line, frame): every call is the line's own; a call whose tries
   all ran out tells about the device (a probe ping follows); a retry goes straight
   back out (with seqs) or after the quiet guard. On `line` it screens requests
   (one line per call: `LineCodec.refuse`).
@@ -15,6 +15,12 @@ points and never ask which codec runs:
   exception reply is `device_error`; on RTU the line must be silent for 3.5
   characters before each request (`gap`, kept on the `precise` clock with its own
   alarm), and silence ends a reply whose bytes do not tell its length.
+- `Declared` (frame): a `Plain` line whose framing the config declares. Its codec
+  may hold an incomplete frame (a false start in noise claiming a long length):
+  once the line has been silent for `device.guard`, the codec drops it (`flush`)
+  and reads again what followed its start, so the replies held behind it are not
+  lost. Its replies' status is the device's own header byte, so any reply to a
+  ping, whatever its status, shows the device is there.
 
 Hooks that cost nothing on the plain line are None there (`heard`, `clear`), so
 the per-call path tests one attribute, not a codec.
@@ -22,6 +28,7 @@ the per-call path tests one attribute, not a codec.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -240,6 +247,52 @@ class Turns(Plain):
         return self.bus.unit_calls()
 
 
+class Declared(Plain):
+    """A declared framing's line (frame): after `device.guard` of silence an incomplete
+    frame is dropped and the codec reads on; any reply proves the device alive."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        codec: LinkCodec,
+        link: Link,
+        *,
+        clock: Clock,
+        quiet: Callable[[list[Inbound]], None],
+    ) -> None:
+        super().__init__(cfg, codec, link)
+        self.codec = codec
+        self.clock = clock
+        self._quiet = quiet  #: frames the flush found, then the queue pumped
+        self._last = 0.0  #: when bytes last came
+        self.alarm = Alarm(clock, self._silence)
+        self.heard = self._heard
+        self.configure(cfg)
+
+    def configure(self, cfg: Config) -> None:
+        self.guard = cfg.device.guard
+
+    def _heard(self) -> None:
+        # One alarm per guard at most, not one per read: it moves itself on when it rings.
+        self._last = now = self.clock.time()
+        if self.alarm.at == math.inf:
+            self.alarm.set(now + self.guard)
+
+    def _silence(self) -> None:
+        due = self._last + self.guard
+        if due - self.clock.time() > EPSILON:  # bytes came since
+            self.alarm.set(due)
+            return
+        if getattr(self.codec, "partial", False):
+            self._quiet(self.codec.flush())  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        self.alarm.cancel()
+
+    def proves_alive(self, result: CallResult) -> bool:
+        return result.status is not None  # (a reply, ok or not)
+
+
 def _moved(old: FairQueue, new: FairQueue) -> FairQueue:
     new.carry_over(old)
     return new
@@ -258,4 +311,6 @@ def discipline_for(
     """The discipline of `spec`'s line."""
     if spec.bus:
         return Turns(cfg, codec, link, rtu=spec.rtu, clock=clock, precise=precise, quiet=quiet)
+    if spec.declared:
+        return Declared(cfg, codec, link, clock=clock, quiet=quiet)
     return Plain(cfg, codec, link)

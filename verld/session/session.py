@@ -42,7 +42,7 @@ from verld.session.discipline import Plain, discipline_for
 from verld.session.receiving import EventSink, Receiver, TrafficTap
 from verld.session.stats import Stats
 from verld.session.timekeeper import Timekeeper
-from verld.session.window import Window
+from verld.session.window import SEQ_MOD, Window
 
 log = structlog.get_logger("verld.session.session")
 
@@ -154,6 +154,8 @@ class Session:
         calls queued for the other kind of line fail."""
         cfg, spec = self.cfg, spec_of(self.cfg)
         self.window.size = cfg.device.window if self.codec.pipelined else 1
+        # (a codec whose seq field is narrower than 16 bits says how many numbers it holds)
+        self.window.modulus = getattr(self.codec, "seq_space", 0) or SEQ_MOD
         self.line.stop()
         line = self.line = discipline_for(
             spec,

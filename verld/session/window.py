@@ -1,8 +1,9 @@
 """The in-flight window: which calls are on the link, under which seq, until when.
 
 Strategy: sans-I/O and clock-free (times come in as `now`). `add` gives a call the
-next seq — incrementing mod 65536 across reconnects too, skipping any seq still
-outstanding, so a timed-out seq is not reused for a long while — and its deadline.
+next seq — incrementing mod 65536 (or the codec's smaller `modulus`: a frame
+codec's seq field) across reconnects too, skipping any seq still outstanding, so
+a timed-out seq is not reused for a long while — and its deadline.
 A reply is `match`ed by seq (codecs with seqs) or to the one call outstanding
 (codecs without); a reply that matches nothing is stale, and the caller counts it.
 `expired(now)` lists the tries that ran out; `earliest()` says when the next one
@@ -25,10 +26,12 @@ EPSILON = 1e-6
 class Window:
     """Up to `size` calls on the link, keyed by seq."""
 
-    __slots__ = ("_calls", "_next_seq", "size")
+    __slots__ = ("_calls", "_next_seq", "modulus", "size")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, modulus: int = SEQ_MOD) -> None:
         self.size = size
+        #: seqs wrap here: 65536, or the numbers the codec's seq field holds
+        self.modulus = modulus
         self._calls: dict[int, Call] = {}
         self._next_seq = 0
 
@@ -48,11 +51,11 @@ class Window:
 
     def add(self, call: Call, now: float) -> float:
         """Put a call's first try on the link: its seq, its deadline (returned)."""
-        calls = self._calls
-        seq = self._next_seq
+        calls, modulus = self._calls, self.modulus
+        seq = self._next_seq % modulus
         while seq in calls:
-            seq = (seq + 1) % SEQ_MOD
-        self._next_seq = (seq + 1) % SEQ_MOD
+            seq = (seq + 1) % modulus
+        self._next_seq = (seq + 1) % modulus
         call.seq = seq
         call.tries += 1
         calls[seq] = call
@@ -61,18 +64,18 @@ class Window:
 
     def add_all(self, calls: list[Call], now: float) -> float:
         """`add` for each call in turn; the earliest deadline of them (returned)."""
-        slots = self._calls
-        seq = self._next_seq
+        slots, modulus = self._calls, self.modulus
+        seq = self._next_seq % modulus
         earliest = math.inf
         for call in calls:
             while seq in slots:
-                seq = (seq + 1) % SEQ_MOD
+                seq = (seq + 1) % modulus
             call.seq = seq
             call.tries += 1
             slots[seq] = call
             call.deadline = deadline = now + call.timeout
             earliest = min(earliest, deadline)
-            seq = (seq + 1) % SEQ_MOD
+            seq = (seq + 1) % modulus
         self._next_seq = seq
         return earliest
 

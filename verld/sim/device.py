@@ -32,8 +32,10 @@ from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from verld.codec.base import CommandFraming
+from verld.codec.frame.declaration import FrameDeclaration
 from verld.codec.line import LineSplitter
 from verld.codec.registry import spec
+from verld.config import Config, DeviceConfig
 from verld.sim.faults import Counters, Faults
 from verld.sim.modbus import ModbusRtuPersonality, ModbusSlave, ModbusTcpPersonality
 from verld.sim.nmea import Fix, fix_sentences
@@ -312,9 +314,14 @@ def make_personality(
     terminator: bytes = b"\n",
     crlf: bool = False,
     units: tuple[int, ...] = (1,),
+    frame: FrameDeclaration | None = None,
 ) -> Personality:
-    """The device for the codec called `codec`; `units`: the Modbus units served."""
+    """The device for the codec called `codec`; `units`: the Modbus units served;
+    `frame`: a declared framing (the frame codec's)."""
     found = spec(codec)
+    if found.declared:  # its traits and framing come from the declaration
+        device = DeviceConfig(codec=codec, max_payload=max_payload, frame=frame)
+        found = found.settled(Config(device=device))
     if found.bus:  # unit + PDU: a register map; RTU's has a broadcast address
         slave = ModbusSlave(units, broadcast=found.rtu)
         return ModbusRtuPersonality(slave) if found.rtu else ModbusTcpPersonality(slave)

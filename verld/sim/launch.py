@@ -29,8 +29,11 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import verld
+from verld.codec.frame.declaration import FrameDeclaration
+from verld.config.framefile import dump_declaration
 from verld.errors import ServeError
 
 READY = "READY"  #: the first word of the line verld-sim prints once it serves
@@ -48,6 +51,7 @@ def sim_command(
     codec: str | None = None,
     max_payload: int | None = None,
     control: str | None = None,
+    frame: str | None = None,
     extra_args: Sequence[str] = (),
     python: str = sys.executable,
 ) -> list[str]:
@@ -57,7 +61,8 @@ def sim_command(
     `serial.py` there is never imported); PYTHONPATH and the interpreter's own
     site-packages still count (`sim_env` when verld is found through neither).
     `link`: the symlink to the pty's device end; `tcp`: listen on 127.0.0.1:PORT
-    instead (0: any free port); `control`: the control socket's path. `extra_args`
+    instead (0: any free port); `control`: the control socket's path; `frame`: the
+    file of the frame codec's declaration (`--frame`). `extra_args`
     go last (faults, `--seed`, ...; see docs/sim.md for every option).
     """
     if link is not None and tcp is not None:
@@ -73,6 +78,8 @@ def sim_command(
         argv += ["--max-payload", str(max_payload)]
     if control is not None:
         argv += ["--control", control]
+    if frame is not None:
+        argv += ["--frame", frame]
     argv += list(extra_args)
     return argv
 
@@ -144,6 +151,14 @@ def die_with_parent() -> None:
         pass
 
 
+def _frame_file(directory: str, frame: FrameDeclaration) -> str:
+    """The frame codec's declaration written for the sim's `--frame` (a few hundred bytes
+    into its own fresh directory: no wait worth a thread)."""
+    path = Path(directory) / "frame.yaml"
+    path.write_text(dump_declaration(frame), encoding="utf-8")
+    return str(path)
+
+
 @dataclass
 class SimChild:
     """verld-sim running as our child on a pty pair (the daemon's `device.port: sim`).
@@ -164,10 +179,18 @@ class SimChild:
         codec: str = "verl",
         max_payload: int = 4096,
         extra_args: Sequence[str] = (),
+        frame: FrameDeclaration | None = None,
     ) -> SimChild:
         tmpdir = tempfile.mkdtemp(prefix="verld-sim-")
         link = os.path.join(tmpdir, "tty")
-        argv = sim_command(link=link, codec=codec, max_payload=max_payload, extra_args=extra_args)
+        frame_file = None if frame is None else _frame_file(tmpdir, frame)
+        argv = sim_command(
+            link=link,
+            codec=codec,
+            max_payload=max_payload,
+            frame=frame_file,
+            extra_args=extra_args,
+        )
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,

@@ -17,6 +17,8 @@ import structlog
 from verld import __version__
 from verld.codec.modbus import MAX_RTU_UNIT
 from verld.codec.registry import CODECS, spec
+from verld.config.framefile import load_declaration
+from verld.errors import ConfigError
 from verld.sim.device import Device, LinePersonality, make_personality
 from verld.sim.faults import (
     Counters,
@@ -92,6 +94,12 @@ def _device_options() -> tuple[Option, ...]:
             type=_arg(parse_units),
             default=(1,),
             help="modbus codecs: the unit ids served, e.g. 1,2,7 (default 1); others stay silent",
+        ),
+        _opt(
+            "--frame",
+            metavar="FILE",
+            help="frame codec: a YAML file holding the device.frame mapping (how requests, "
+            "replies and events are framed)",
         ),
         _opt("--control", metavar="PATH", help="Unix socket for runtime control"),
     )
@@ -195,6 +203,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--units: modbus-rtu serves units 1..247 (0 is the broadcast address)")
     if args.nmea and not codec.text:
         parser.error(f"--nmea: NMEA sentences are lines: it needs --codec line, not {args.codec}")
+    if codec.declared != (args.frame is not None):
+        parser.error("--frame FILE goes with --codec frame, and --codec frame needs it")
+    frame = None
+    if args.frame is not None:
+        try:
+            frame = load_declaration(args.frame)
+        except ConfigError as exc:
+            parser.error(f"--frame: {exc}")
     _configure_logging(args.verbose)
     faults = Faults(
         latency=args.latency,
@@ -208,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         replug_after=args.replug_after,
     )
     personality = make_personality(
-        args.codec, args.max_payload, args.terminator, args.crlf, args.units
+        args.codec, args.max_payload, args.terminator, args.crlf, args.units, frame
     )
     device = Device(personality, faults, Counters(), random.Random(args.seed))
     beacon = None

@@ -293,13 +293,15 @@ class DaemonProc:
         env: Mapping[str, str] | None = None,
         timeout: float = 15.0,
         shared: bool = False,
+        args: Sequence[str] = (),
     ) -> None:
+        """`args`: more of verld's options, after `--config` (they win over the file)."""
         self.config = config
         self.socket: str = yaml.safe_load(config.read_text())["api"]["socket"]
         self.log_path = config.parent / "verld.log"
         self._log: IO[bytes] = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "verld", "--config", str(config)],
+            [sys.executable, "-m", "verld", "--config", str(config), *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

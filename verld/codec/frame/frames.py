@@ -1,0 +1,344 @@
+"""One declared framing: a frame's data to wire bytes, and a byte stream to frames.
+
+A frame's *data* is its header and payload (everything between `start` and the
+check): what a call carries and a reply returns. `FrameFormat.encode` writes the
+length field (and, given one, the seq field) into the data, appends the check, adds
+`start` and `end`, and stuffs the whole.
+
+Strategy (`FrameReader`), without stuffing: look for `start`; read the header; take
+the size from the length field (or, without one, read up to each `end` in turn until
+one has a good check); then check `end` and the check. A size beyond the bound
+(`max_payload` data bytes, plus the frame's overhead), a wrong `end` or a wrong check
+is a bad frame: it is counted and the search resumes one byte after the failed start,
+so a good frame right behind noise, or inside a false start's supposed extent, is
+found. A candidate still incomplete is kept (bounded by the largest frame) until more
+bytes come, or until `flush` says the line has been quiet for `device.guard`: then it
+is dropped the same way. With stuffing, the stream is cut at the delimiter; each
+non-empty piece is unstuffed (a bad escape is a bad frame) and must hold exactly one
+frame, found at its first `start` that makes one. The receive buffer is bounded.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from verld.codec.frame.check import make_check
+from verld.codec.frame.declaration import FrameDeclaration
+from verld.codec.frame.stuffing import stuffing
+
+__all__ = ["FrameFormat", "FrameReader"]
+
+Order = Literal["big", "little"]
+
+
+def _order(name: str) -> Order:
+    return "little" if name == "little" else "big"
+
+
+class FrameFormat:
+    """A declaration made ready: encode data, and verify and cut frames."""
+
+    def __init__(self, frame: FrameDeclaration, max_payload: int) -> None:
+        self.frame = frame
+        self.max_payload = max_payload  #: the most data bytes (header included)
+        self.header = frame.header
+        self.start, self.end = frame.start, frame.end
+        check = None if frame.check is None else make_check(frame.check.kind, frame.check.order)
+        self.check_size = 0 if check is None else check.size
+        self._compute = None if check is None else check.compute
+        self._check_start = frame.check is not None and frame.check.over.startswith("start")
+        self.stuffing = stuffing(frame.stuffing)
+        #: start, check and end: the bytes of a frame around its data
+        self.overhead = len(self.start) + self.check_size + len(self.end)
+        self.max_frame = max_payload + self.overhead
+        length, seq = frame.length, frame.seq
+        self._length = None if length is None else (length.offset, length.size)
+        self._length_order = _order(length.order) if length is not None else "big"
+        self._seq = None if seq is None else (seq.offset, seq.size)
+        self._seq_order = _order(seq.order) if seq is not None else "big"
+        #: how many numbers the seq field holds (0: no seq)
+        self.seq_space = 0 if seq is None else 1 << (8 * seq.size)
+
+    # --- writing --------------------------------------------------------------------------
+    def refuse(self, data: bytes) -> str | None:
+        """Why `data` cannot be sent as a frame, or None."""
+        if len(data) < self.header:
+            return f"{len(data)} bytes, shorter than the frame's {self.header}-byte header"
+        if not data and not self.overhead and self.stuffing is not None:
+            return "an empty frame: the stuffing skips empty frames between delimiters"
+        if self._length is not None:
+            value = self._length_value(len(data))
+            size = self._length[1]
+            if not 0 <= value < 1 << (8 * size):
+                return f"{len(data)} bytes do not fit the frame's {size}-byte length field"
+        return None
+
+    def encode(self, data: bytes, seq: int | None = None) -> bytes:
+        """The wire bytes of the frame carrying `data` (`refuse` has passed it), with
+        `seq` written into the seq field when given."""
+        body = bytearray(data)
+        if self._length is not None:
+            offset, size = self._length
+            value = self._length_value(len(data))
+            body[offset : offset + size] = value.to_bytes(size, self._length_order)
+        if seq is not None and self._seq is not None:
+            offset, size = self._seq
+            body[offset : offset + size] = (seq % self.seq_space).to_bytes(size, self._seq_order)
+        frame = bytes(self.start + body + self._check_of(body) + self.end)
+        return frame if self.stuffing is None else self.stuffing.stuff(frame)
+
+    def _length_value(self, size: int) -> int:
+        """What the length field holds for `size` data bytes."""
+        length = self.frame.length
+        assert length is not None
+        if length.counts == "payload":
+            counted = size - self.header
+        elif length.counts == "header+payload":
+            counted = size
+        else:
+            counted = size + self.overhead
+        return counted - length.adjust
+
+    def _check_of(self, body: bytes | bytearray) -> bytes:
+        if self._compute is None:
+            return b""
+        return self._compute(bytes(self.start + body) if self._check_start else bytes(body))
+
+    # --- reading --------------------------------------------------------------------------
+    def data_size(self, field: int) -> int:
+        """The data bytes (header included) a frame holds, by its length field's value."""
+        length = self.frame.length
+        assert length is not None
+        counted = field + length.adjust
+        if length.counts == "payload":
+            return counted + self.header
+        if length.counts == "header+payload":
+            return counted
+        return counted - self.overhead
+
+    def length_field(self, header: bytes | bytearray, at: int) -> int:
+        """The length field's value in the header starting at `at`."""
+        assert self._length is not None
+        offset, size = self._length
+        return int.from_bytes(header[at + offset : at + offset + size], self._length_order)
+
+    def seq_of(self, data: bytes) -> int | None:
+        """The seq field of a frame's data (None: no seq)."""
+        if self._seq is None:
+            return None
+        offset, size = self._seq
+        return int.from_bytes(data[offset : offset + size], self._seq_order)
+
+    def with_seq(self, data: bytes, seq: int) -> bytes:
+        """`data` with `seq` in its seq field (data unchanged without one)."""
+        if self._seq is None:
+            return data
+        offset, size = self._seq
+        number = (seq % self.seq_space).to_bytes(size, self._seq_order)
+        return data[:offset] + number + data[offset + size :]
+
+    def verify(self, buf: bytes | bytearray, at: int, size: int) -> bytes | None:
+        """The data of the frame at `at` in `buf` holding `size` data bytes, when its
+        check and `end` are right; None: a bad frame. `buf` holds the whole frame."""
+        first = at + len(self.start)
+        data = bytes(buf[first : first + size])
+        cut = first + size
+        check = self.check_size
+        if buf[cut + check : cut + check + len(self.end)] != self.end:
+            return None
+        if check and buf[cut : cut + check] != self._check_of(data):
+            return None
+        return data
+
+
+class FrameReader:
+    """A byte stream in, the data of each good frame out; bad frames counted."""
+
+    def __init__(self, form: FrameFormat) -> None:
+        self.form = form
+        #: bad frames since creation (a monotonic counter; `reset` keeps it)
+        self.bad_frames = 0
+        self._buf = bytearray()
+        #: without length or stuffing: where the next `end` of the candidate at the
+        #: buffer's start is looked for (its earlier ends had a bad check)
+        self._end_from = 0
+        self._skipping = False  #: stuffed: an overlong piece is skipped to the delimiter
+        stuffed = form.stuffing
+        self._max_piece = 0 if stuffed is None else stuffed.max_stuffed(form.max_frame)
+
+    @property
+    def partial(self) -> bool:
+        """Bytes of a frame not yet complete are held."""
+        return bool(self._buf)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The data of the frames completed by `data`, in order."""
+        if self.form.stuffing is not None:
+            return self._pieces(data)
+        self._buf += data
+        return self._scan()
+
+    def flush(self) -> list[bytes]:
+        """The line has been quiet for `device.guard`: an incomplete frame is a bad
+        frame, and the search resumes one byte after its start (frames behind it)."""
+        if self.form.stuffing is not None:
+            if self._buf:
+                self.bad_frames += 1
+            self.reset()
+            return []
+        found: list[bytes] = []
+        start = self.form.start
+        while self._buf:  # what is left after each pass is incomplete too: the line is quiet
+            if self._buf.startswith(start):
+                self.bad_frames += 1  # (not a start's first bytes alone)
+            del self._buf[:1]
+            self._end_from = 0
+            found += self._scan()
+        return found
+
+    def reset(self) -> None:
+        """Forget partial input (a reconnect, a guard period)."""
+        self._buf.clear()
+        self._end_from = 0
+        self._skipping = False
+
+    # --- without stuffing -----------------------------------------------------------------
+    def _scan(self) -> list[bytes]:
+        form, buf = self.form, self._buf
+        start = form.start
+        found: list[bytes] = []
+        pos = 0
+        while True:
+            at = buf.find(start, pos)
+            if at < 0:  # keep what may be the beginning of a start
+                pos = max(pos, len(buf) - len(start) + 1)
+                break
+            if at != pos:
+                self._end_from = 0
+            result = self._frame_at(at)
+            if result is None:  # incomplete
+                pos = at
+                break
+            if isinstance(result, int):  # bad: resume one byte after its start
+                self.bad_frames += 1
+                self._end_from = 0
+                pos = at + 1
+                continue
+            data, pos = result
+            self._end_from = 0
+            found.append(data)
+        if pos:
+            del buf[:pos]
+            self._end_from = max(0, self._end_from - pos)
+        return found
+
+    def _frame_at(self, at: int) -> tuple[bytes, int] | int | None:
+        """The frame starting at `at`: (data, where it ends), -1 for a bad frame, or
+        None while it is incomplete."""
+        form, buf = self.form, self._buf
+        first = at + len(form.start)
+        if len(buf) < first + form.header:
+            return None
+        if form.frame.length is not None:
+            size = form.data_size(form.length_field(buf, first))
+            if size < form.header or size > form.max_payload:
+                return -1
+            end = first + size + form.check_size + len(form.end)
+            if len(buf) < end:
+                return None
+            data = form.verify(buf, at, size)
+            return -1 if data is None else (data, end)
+        return self._ended_at(at, first)
+
+    def _ended_at(self, at: int, first: int) -> tuple[bytes, int] | int | None:
+        """A frame without a length field: it ends at the first `end` with a good check."""
+        form, buf, end = self.form, self._buf, self.form.end
+        search = max(first + form.header + form.check_size, self._end_from)
+        while True:
+            cut = buf.find(end, search)
+            if cut < 0 or cut - form.check_size - first > form.max_payload:
+                if len(buf) - at > form.max_frame:
+                    return -1  # no good end within the largest frame
+                self._end_from = max(search, len(buf) - len(end) + 1)
+                return None
+            size = cut - form.check_size - first
+            data = form.verify(buf, at, size)
+            if data is not None:
+                return data, cut + len(end)
+            search = cut + 1
+
+    # --- with stuffing --------------------------------------------------------------------
+    def _pieces(self, data: bytes) -> list[bytes]:
+        stuffed = self.form.stuffing
+        assert stuffed is not None
+        delimiter = stuffed.delimiter
+        if self._skipping:
+            cut = data.find(delimiter)
+            if cut < 0:
+                return []
+            self._skipping = False
+            data = data[cut:]
+        if self._buf:
+            self._buf += data
+            if delimiter not in data:
+                if len(self._buf) > self._max_piece:
+                    self._overflow()
+                return []
+            data = bytes(self._buf)
+            self._buf.clear()
+        pieces = data.split(bytes((delimiter,)))
+        last = pieces.pop()
+        if len(last) > self._max_piece:
+            self._overflow()
+        elif last:
+            self._buf += last
+        found: list[bytes] = []
+        for piece in pieces:
+            if not piece:
+                continue
+            frame = self._unstuffed(piece)
+            if frame is None:
+                self.bad_frames += 1
+            else:
+                found.append(frame)
+        return found
+
+    def _overflow(self) -> None:
+        self.bad_frames += 1
+        self._buf.clear()
+        self._skipping = True
+
+    def _unstuffed(self, piece: bytes) -> bytes | None:
+        """The data of the one frame in a piece between delimiters, or None: bad."""
+        form = self.form
+        stuffed = form.stuffing
+        assert stuffed is not None
+        if len(piece) > self._max_piece:
+            return None
+        try:
+            frame = stuffed.unstuff(piece)
+        except ValueError:
+            return None
+        at = frame.find(form.start)
+        while at >= 0:
+            data = self._whole(frame, at)
+            if data is not None:
+                return data
+            if not form.start:
+                return None
+            at = frame.find(form.start, at + 1)
+        return None
+
+    def _whole(self, frame: bytes, at: int) -> bytes | None:
+        """The data of the frame that is exactly `frame[at:]`, or None."""
+        form = self.form
+        first = at + len(form.start)
+        size = len(frame) - first - form.check_size - len(form.end)
+        if size < form.header or size > form.max_payload:
+            return None
+        if (
+            form.frame.length is not None
+            and form.data_size(form.length_field(frame, first)) != size
+        ):
+            return None
+        return form.verify(frame, at, size)
