@@ -139,8 +139,7 @@ async def _walk_the_front(tmp_path: Path) -> dict[str, Any]:
 def test_a_front_added_as_the_recipe_says_serves_and_shows_everywhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A front registered in FRONTS and FIGURES only: calls answered, status, programs,
-    metrics and verlctl rows, with nothing else of verld changed."""
+    """A front in FRONTS and FIGURES alone serves calls and shows in status, metrics, rows."""
     reg = fronts_registry.Registration(
         lambda cfg, core: HexLineFront(cfg, core, tmp_path / "hex.sock"), fails="cannot_hexline"
     )
