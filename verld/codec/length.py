@@ -222,17 +222,10 @@ def _check(cfg: Settings) -> list[Problem]:
 
 LENGTH = CodecSpec(
     "length",
-    pipelined=False,
-    port_window=False,
-    bus=False,
-    rtu=False,
-    text=False,
-    events=True,
-    retry=0,
-    quiet=True,
     host=lambda cfg: LengthCodec(cfg.device.max_payload),
     device=lambda cfg: LengthPortFraming(cfg.device.max_payload),
-    commands=LengthCommandFraming,
     device_ping=_device_ping,
+    quiet=True,
+    commands=LengthCommandFraming,
     check=_check,
 )

@@ -326,17 +326,10 @@ def _check(cfg: Settings) -> list[Problem]:
 
 LINE = CodecSpec(
     "line",
-    pipelined=False,
-    port_window=False,
-    bus=False,
-    rtu=False,
-    text=True,
-    events=True,
-    retry=0,
-    quiet=True,
     host=_host,
     device=_device,
-    commands=None,
     device_ping=_device_ping,
+    text=True,
+    quiet=True,
     check=_check,
 )

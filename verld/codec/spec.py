@@ -11,7 +11,7 @@ runs each codec's `check`), and a test can hand a factory a bare stand-in.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from verld.codec.base import CommandFraming, LinkCodec, PortFraming
@@ -97,44 +97,48 @@ def no_problems(cfg: Settings) -> list[Problem]:
 
 @dataclass(frozen=True, slots=True)
 class CodecSpec:
-    """One codec: what it is like, and how to make each side of it."""
+    """One codec: what it is like, and how to make each side of it. A spec names its
+    factories and only the traits where it differs from the defaults, which are a
+    device answering one call at a time with no request ids (no pipelining, no retry)
+    that may send events and whose every request is answered (no `reply: false`)."""
 
     name: str
-    #: replies carry a seq (or transaction id): several calls may be on the link at
-    #: once, up to `device.window` (else one)
-    pipelined: bool
-    #: a program on a virtual port may have several requests outstanding, answered by
-    #: its own seqs in any order (verl); else the port serves it one call at a time
-    port_window: bool
-    #: a Modbus bus: units, offline units, broadcast, exception replies
-    bus: bool
-    #: silence ends frames (3.5 character times): modbus-rtu
-    rtu: bool
-    #: replies and events carry text (line)
-    text: bool
-    #: the device may send events
-    events: bool
-    #: `device.retry`'s default: extra tries after a timeout. A retry re-sends the
-    #: command, so codecs without request ids default to 0 (the device may act twice)
-    retry: int
-    #: a call may say `reply: false` (a command the device does not answer): written
-    #: once, then the line kept quiet for `device.guard`; codecs whose every request
-    #: is answered (verl, Modbus) refuse it
-    quiet: bool
+    _: KW_ONLY
     #: the daemon side (requests out, replies and events in)
     host: Callable[[Settings], LinkCodec]
     #: the device side (requests in, replies and events out) for a virtual port
     device: Callable[[Settings], PortFraming]
-    #: a device's own side, from `device.max_payload`, where the requests are binary
-    #: commands (the simulator runs its command set over it); None where they are not:
-    #: lines (`text`) or unit + PDU (`bus`)
-    commands: Callable[[int], CommandFraming] | None
     #: the device's ping, from `heartbeat.payload`: what the handshake, the heartbeat
     #: and the probe after a timeout send (None: the device has none)
     device_ping: Callable[[Settings], bytes | None]
+    #: replies carry a seq (or transaction id): several calls may be on the link at
+    #: once, up to `device.window` (else one)
+    pipelined: bool = False
+    #: a program on a virtual port may have several requests outstanding, answered by
+    #: its own seqs in any order (verl); else the port serves it one call at a time
+    port_window: bool = False
+    #: a Modbus bus: units, offline units, broadcast, exception replies
+    bus: bool = False
+    #: silence ends frames (3.5 character times): modbus-rtu
+    rtu: bool = False
+    #: replies and events carry text (line)
+    text: bool = False
+    #: the device may send events
+    events: bool = True
+    #: `device.retry`'s default: extra tries after a timeout. A retry re-sends the
+    #: command, so codecs without request ids default to 0 (the device may act twice)
+    retry: int = 0
+    #: a call may say `reply: false` (a command the device does not answer): written
+    #: once, then the line kept quiet for `device.guard`; codecs whose every request
+    #: is answered (verl, Modbus) refuse it
+    quiet: bool = False
+    #: a device's own side, from `device.max_payload`, where the requests are binary
+    #: commands (the simulator runs its command set over it); None where they are not:
+    #: lines (`text`) or unit + PDU (`bus`)
+    commands: Callable[[int], CommandFraming] | None = None
     #: what in the settings (`CHECKED`) this codec cannot send, e.g. a heartbeat
     #: payload it cannot frame: the config schema reports each problem
-    check: Callable[[Settings], list[Problem]]
+    check: Callable[[Settings], list[Problem]] = no_problems
     #: a codec whose traits or factories depend on its settings (`frame`: pipelined
     #: only with a seq field) returns itself as those settings make it; None: it is
     #: the same whatever the settings. `settled` applies it; `registry.spec_of` does.

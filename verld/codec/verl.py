@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from verld.codec import cobs
 from verld.codec.base import Bounded, Inbound, Kind, PortRequest
-from verld.codec.spec import CodecSpec, Settings, no_problems
+from verld.codec.spec import CodecSpec, Settings
 
 __all__ = [
     "VERL",
@@ -334,17 +334,11 @@ def _ping(cfg: Settings) -> bytes:
 
 VERL = CodecSpec(
     "verl",
-    pipelined=True,
-    port_window=True,
-    bus=False,
-    rtu=False,
-    text=False,
-    events=True,
-    retry=3,
-    quiet=False,
     host=lambda cfg: VerlCodec(cfg.device.max_payload),
     device=lambda cfg: VerlPortFraming(cfg.device.max_payload),
-    commands=VerlCommandFraming,
     device_ping=_ping,
-    check=no_problems,
+    pipelined=True,
+    port_window=True,
+    retry=3,
+    commands=VerlCommandFraming,
 )

@@ -191,17 +191,12 @@ class ModbusRtuCodec:
 
 MODBUS_RTU = CodecSpec(
     "modbus-rtu",
-    pipelined=False,
-    port_window=False,
-    bus=True,
-    rtu=True,
-    text=False,
-    events=False,
-    retry=1,
-    quiet=False,
     host=lambda cfg: ModbusRtuCodec(cfg.device.max_payload),
     device=lambda cfg: ModbusRtuPortFraming(),
-    commands=None,
     device_ping=device_ping,
+    bus=True,
+    rtu=True,
+    events=False,
+    retry=1,
     check=lambda cfg: check_ping(cfg, rtu=True),
 )

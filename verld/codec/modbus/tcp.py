@@ -219,17 +219,12 @@ class ModbusTcpPortFraming(Bounded):
 
 MODBUS_TCP = CodecSpec(
     "modbus-tcp",
-    pipelined=True,
-    port_window=False,
-    bus=True,
-    rtu=False,
-    text=False,
-    events=False,
-    retry=1,
-    quiet=False,
     host=lambda cfg: ModbusTcpCodec(cfg.device.max_payload),
     device=lambda cfg: ModbusTcpPortFraming(),
-    commands=None,
     device_ping=device_ping,
+    pipelined=True,
+    bus=True,
+    events=False,
+    retry=1,
     check=lambda cfg: check_ping(cfg, rtu=False),
 )
