@@ -17,7 +17,11 @@ from typing import Any
 
 import pytest
 
+from verld import cmdline
 from verld import daemon as daemon_module
+from verld.codec import registry
+from verld.codec.base import Bounded, Inbound, Kind, PortRequest
+from verld.codec.spec import CodecSpec, Settings
 from verld.config import Config, parse_config
 from verld.ctl import render
 from verld.fronts import base as base_module
@@ -25,8 +29,12 @@ from verld.fronts import figures as figures_module
 from verld.fronts import registry as fronts_registry
 from verld.fronts.base import Core
 from verld.fronts.protocol import FrontFigures, Rows
+from verld.fronts.stream import ProgramStream
 from verld.metrics import Family
 from verld.session.calls import CallResult
+from verld.sim.device import make_personality
+from verld.sim.personality import Request
+from verld.testing.session import SessionRig
 
 # --- a throwaway front: one hex line per call over a Unix socket ----------------------
 
@@ -161,3 +169,187 @@ def test_a_front_added_as_the_recipe_says_serves_and_shows_everywhere(
     assert "1 clients, 1 lines" in render.render_status(seen["status"])
     assert seen["code"] == 0
     assert not (tmp_path / "hex.sock").exists()  # closed with the daemon
+
+
+# --- a throwaway codec: kind, length, body, xor of the body ------------------------------
+REQ, REP, EVT = 0xA5, 0xA6, 0xA7
+
+
+def tag8(kind: int, body: bytes) -> bytes:
+    """One frame of the throwaway codec."""
+    check = 0
+    for byte in body:
+        check ^= byte
+    return bytes((kind, len(body))) + body + bytes((check,))
+
+
+class Tag8Reader:
+    """The frames of `kinds` in a byte stream; anything else is noise, skipped a byte at
+    a time and counted."""
+
+    def __init__(self, kinds: set[int]) -> None:
+        self.kinds, self.buf, self.bad_frames = kinds, bytearray(), 0
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        self.buf += data
+        frames = []
+        while len(self.buf) >= 2:
+            size = self.buf[1]
+            if self.buf[0] not in self.kinds:
+                del self.buf[0]
+                self.bad_frames += 1
+                continue
+            if len(self.buf) < size + 3:
+                break
+            body = bytes(self.buf[2 : 2 + size])
+            if tag8(self.buf[0], body)[-1] != self.buf[2 + size]:
+                del self.buf[0]
+                self.bad_frames += 1
+                continue
+            frames.append((self.buf[0], body))
+            del self.buf[: size + 3]
+        return frames
+
+    def reset(self) -> None:
+        self.buf.clear()
+
+
+class Tag8Host:
+    """The host side (a `LinkCodec`): one call at a time, replies carry a status."""
+
+    pipelined = False
+
+    def __init__(self) -> None:
+        self.reader, self.bad_frames = Tag8Reader({REP, EVT}), 0
+        self.desync: str | None = None
+
+    def encode_request(self, seq: int, payload: bytes) -> bytes:
+        return tag8(REQ, payload)
+
+    def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
+        out = []
+        for kind, body in self.reader.feed(data):
+            if kind == REP and body:
+                out.append(Inbound(Kind.REPLY, None, body[0], body[1:]))
+            else:
+                out.append(Inbound(Kind.EVENT, None, None, body))
+        self.bad_frames = self.reader.bad_frames
+        return out
+
+    def reset(self) -> None:
+        self.reader.reset()
+        self.desync = None
+
+
+class Tag8Port(Bounded):
+    """The device side for a program on a port (a `PortFraming`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reader = Tag8Reader({REQ})
+
+    def feed(self, data: bytes) -> list[PortRequest]:
+        requests = [PortRequest(None, body) for _, body in self.reader.feed(data)]
+        self.bad_frames = self.reader.bad_frames
+        return requests
+
+    def reply(self, tag: int | None, status: int | None, data: bytes, text: str | None) -> bytes:
+        return b"" if status is None else tag8(REP, bytes((status,)) + data)
+
+    def event(self, data: bytes, text: str | None) -> bytes:
+        return tag8(EVT, data)
+
+    def reset(self) -> None:
+        self.reader.reset()
+        self.discarding = False
+
+
+class Tag8Commands:
+    """A device's own side (a `CommandFraming`): what the simulator runs its commands
+    over."""
+
+    oversize = 0
+
+    def __init__(self, max_payload: int) -> None:
+        self.reader = Tag8Reader({REQ})
+
+    @property
+    def bad_frames(self) -> int:
+        return self.reader.bad_frames
+
+    def feed(self, data: bytes) -> list[PortRequest]:
+        return [PortRequest(None, body) for _, body in self.reader.feed(data)]
+
+    def reply(self, tag: int | None, status: int, data: bytes) -> bytes:
+        return tag8(REP, bytes((status,)) + data)
+
+    def event(self, data: bytes) -> bytes:
+        return tag8(EVT, data)
+
+    def damageable(self, chunk: bytes) -> list[int]:
+        return list(range(2, len(chunk) - 1))
+
+    def reset(self) -> None:
+        self.reader.reset()
+
+
+def _tag8_ping(cfg: Settings) -> bytes:
+    return bytes.fromhex(cfg.heartbeat.payload)
+
+
+TAG8 = CodecSpec(
+    "tag8",
+    host=lambda cfg: Tag8Host(),
+    device=lambda cfg: Tag8Port(),
+    device_ping=_tag8_ping,
+    commands=Tag8Commands,
+)
+
+
+class Program:
+    """A program on a virtual port: the edge of its `ProgramStream`."""
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def write(self, data: bytes | bytearray) -> int:
+        self.out += data
+        return len(data)
+
+    def want_writable(self, want: bool) -> None:
+        return None
+
+
+def test_a_codec_added_as_the_recipe_says_runs_on_every_side(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A codec in the registry alone is a config choice, the sim's device and a port's framing."""
+    monkeypatch.setitem(registry.CODECS, "tag8", TAG8)  # (its line in `_SPECS`)
+    assert "tag8" in cmdline.parser().format_help()
+    cfg = parse_config(
+        "device: {port: /dev/fake, codec: tag8, max_payload: 64, timeout: 1.0}\n"
+        "heartbeat: {interval: 0}\napi: {socket: /tmp/verld.sock}\n"
+    )
+    sim = make_personality("tag8", 64)  # the simulator's device, over TAG8.commands
+    host = Tag8Host()
+
+    def device(request: PortRequest) -> tuple[int, bytes]:
+        """The sim answers what the session wrote; its framing read by the host side."""
+        framed = sim.decode(tag8(REQ, request.payload))
+        (reply,) = host.feed(b"".join(sim.respond(Request(0, framed[0].payload)).reply), True)
+        assert reply.status is not None
+        return reply.status, reply.data
+
+    rig = SessionRig(cfg, core=True)
+    rig.connect(device)
+    program = Program()
+    stream = ProgramStream(
+        rig.core, cfg, program, rig.clock, kind="port", where={"link": "/tmp/x"}, write=True
+    )
+    stream.attach()
+    stream.feed(b"\x00" + tag8(REQ, b"\x01hi"))  # noise, then the sim's echo command
+    rig.answer(device)
+    assert program.out == tag8(REP, b"\x00hi")
+    assert stream.figures()["ok"] == 1
+    rig.wire.deliver(rig.wire.event(b"tick"))  # a device event reaches the listeners
+    assert rig.events[-1][0] == b"tick"
