@@ -240,8 +240,9 @@ class Gpsd:
             self.proc = bench.popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
     def first_3d_fix(self, timeout: float = 20.0) -> dict[str, Any]:
-        """The first TPV with mode 3 on gpsd's JSON socket (after `?WATCH`); gpsd may
-        take a moment to listen."""
+        """The first TPV with mode 3 and a position on gpsd's JSON socket (after `?WATCH`);
+        gpsd may take a moment to listen, and on a busy machine may report mode 3 (from
+        GSA) in a cycle before the position (GGA, RMC) is in."""
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -258,7 +259,7 @@ class Gpsd:
                 stream.flush()
                 while line := stream.readline():
                     report = json.loads(line)
-                    if report.get("class") == "TPV" and report.get("mode") == 3:
+                    if report.get("class") == "TPV" and report.get("mode") == 3 and "lat" in report:
                         return dict(report)
 
 
