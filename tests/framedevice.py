@@ -6,7 +6,8 @@ libraries a real program would use, never with verld's own code. Run as its own 
 
 It makes a pty pair, puts the slave in raw mode, points the symlink `--link` at it and
 keeps its own slave fd open (as tests/instrument.py does), then prints `READY <link>`.
-On SIGTERM it removes the link, prints one JSON line of counts and exits 0.
+On SIGTERM it writes what it still had to send (answers and events not yet due),
+removes the link, prints one JSON line of counts and exits 0.
 
 KIND is one of:
 
@@ -19,10 +20,12 @@ KIND is one of:
   `bad` (frames pyubx2 refused).
 - `stx`: a controller speaking "STX len seq cmd data CRC-16/MODBUS ETX" (docs/config.md's
   second declaration). Each request is answered after a random 0..`--delay` ms, so
-  replies overtake each other, with its seq and cmd and the payload echoed; noise (bytes
-  without STX) and, every third reply, a frame with a wrong CRC go out before a reply;
-  every fifth request also brings an event (cmd 0x80, a random seq, payload the event's
-  number). Counts: `requests`, `corrupt` (the wrong-CRC frames sent), `events`.
+  replies overtake each other, with its seq and cmd and the payload echoed. Before each
+  reply goes noise: up to 12 random bytes without STX (`--noise any`: any bytes, and
+  half the time a false start, STX and a random length reaching past the reply), and,
+  every third reply, a frame with a wrong CRC (no STX after its own). Every fifth
+  request also brings an event (cmd 0x80, a random seq, payload the event's number).
+  Counts: `requests`, `corrupt` (the wrong-CRC frames sent), `events`.
 - `slip`: a SLIP device (RFC 1055, framed by sliplib, leading END bytes too): a message
   type byte, the payload, CRC-16/XMODEM (binascii.crc_hqx) big-endian. Each request is
   answered with its type and payload; before the answer comes an unsolicited frame of
@@ -98,6 +101,12 @@ class Wire:
             while data:
                 data = data[os.write(self.master, data) :]
         return self._due[0][0] - now if self._due else 1.0
+
+    def drain(self) -> None:
+        """Write everything still to come, at once."""
+        self._due = [(0.0, order, data) for _, order, data in self._due]
+        heapq.heapify(self._due)
+        self.flush()
 
     def close(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -241,7 +250,11 @@ class Stx(Device):
     """A controller answering out of order, noise and bad frames between its replies."""
 
     def noise(self) -> bytes:
-        data = bytes(self.rng.choice(range(3, 256)) for _ in range(self.rng.randint(0, 12)))
+        lowest = 0 if self.args.noise == "any" else 3
+        size = self.rng.randint(0, 12)
+        data = bytes(self.rng.choice(range(lowest, 256)) for _ in range(size))
+        if lowest == 0 and self.rng.random() < 0.5:  # a false start, its length past the reply
+            data += bytes((STX, self.rng.randrange(256), self.rng.randrange(256)))
         if self.counts.get("requests", 0) % 3 == 0:
             while True:  # (no STX inside it: exactly one bad frame each)
                 payload = bytes(self.rng.choice(range(3, 256)) for _ in range(5))
@@ -329,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--link", required=True, metavar="PATH", help="symlink to the pty's slave")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--delay", type=float, default=50.0, help="stx: the most ms to answer in")
+    p.add_argument(
+        "--noise", choices=("clean", "any"), default="clean", help="stx: noise without STX or any"
+    )
     args = p.parse_args(argv)
     stop = False
 
@@ -349,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if readable:
                 device.feed(os.read(wire.master, 4096))
+        wire.drain()
     finally:
         wire.close()
     print(json.dumps(device.counts), flush=True)
