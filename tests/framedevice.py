@@ -29,8 +29,9 @@ KIND is one of:
 - `slip`: a SLIP device (RFC 1055, framed by sliplib, leading END bytes too): a message
   type byte, the payload, CRC-16/XMODEM (binascii.crc_hqx) big-endian. Each request is
   answered with its type and payload; before the answer comes an unsolicited frame of
-  type 0x7E whose payload is its number (4 bytes, big-endian) then C0 DB bytes. Counts:
-  `requests`, `events`, `bad`.
+  type 0x7E whose payload is its number (4 bytes, big-endian) then C0 DB bytes, and
+  every fourth time two bad frames too (a bad escape, a wrong CRC). Counts: `requests`,
+  `events`, `corrupt` (the bad frames sent), `bad`.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from typing import Any, Self
 
 from pynmeagps import NMEAMessage  # type: ignore[import-untyped]
 from pyubx2 import GET, UBXMessage, UBXReader  # type: ignore[import-untyped]
-from sliplib import Driver, ProtocolError, config  # type: ignore[import-untyped]
+from sliplib import END, Driver, ProtocolError, config  # type: ignore[import-untyped]
 
 __all__ = ["SCRIPT", "FrameDevice", "crc16_modbus"]
 
@@ -324,7 +325,12 @@ class Slip(Device):
             self.count("requests")
             number = self.counts.get("events", 0).to_bytes(4, "big")
             self.count("events")
-            out = self.frame(bytes((UNSOLICITED,)) + number + b"\xc0\xdb") + self.frame(body)
+            out = self.frame(bytes((UNSOLICITED,)) + number + b"\xc0\xdb")
+            if self.counts["requests"] % 4 == 0:  # a bad escape, then a wrong CRC
+                out += b"\x01bad\xdb\x41escape" + END
+                out += END + b"\x01bad crc\x00\x00" + END  # (its CRC is D9 C3)
+                self.counts["corrupt"] = self.counts.get("corrupt", 0) + 2
+            out += self.frame(body)
             self.wire.send(out, self.rng.uniform(0, 0.01))
 
     def frame(self, body: bytes) -> bytes:

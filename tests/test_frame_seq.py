@@ -121,8 +121,7 @@ def run_clients(device: FrameDevice, daemon: DaemonProc) -> tuple[int, int]:
 
 
 def test_every_reply_reaches_its_asker(controller: tuple[FrameDevice, DaemonProc]) -> None:
-    """Pipelined calls from many clients, answered out of order among noise: each gets its
-    own, every bad frame counted."""
+    """Pipelined calls answered out of order among noise: each to its asker, bad frames counted."""
     bad_frames, corrupt = run_clients(*controller)
     assert bad_frames == corrupt > 0
 
