@@ -6,8 +6,7 @@ libraries a real program would use, never with verld's own code. Run as its own 
 
 It makes a pty pair, puts the slave in raw mode, points the symlink `--link` at it and
 keeps its own slave fd open (as tests/instrument.py does), then prints `READY <link>`.
-On SIGTERM it writes what it still had to send (answers and events not yet due),
-removes the link, prints one JSON line of counts and exits 0.
+On SIGTERM it removes the link, prints one JSON line of counts and exits 0.
 
 KIND is one of:
 
@@ -58,7 +57,7 @@ from pynmeagps import NMEAMessage  # type: ignore[import-untyped]
 from pyubx2 import GET, UBXMessage, UBXReader  # type: ignore[import-untyped]
 from sliplib import END, Driver, ProtocolError, config  # type: ignore[import-untyped]
 
-__all__ = ["SCRIPT", "FrameDevice", "crc16_modbus"]
+__all__ = ["SCRIPT", "FrameDevice", "crc16_modbus", "split_stx", "stx_frame"]
 
 SCRIPT = Path(__file__).resolve()
 STX, ETX, EVENT_CMD = 0x02, 0x03, 0x80
@@ -102,12 +101,6 @@ class Wire:
             while data:
                 data = data[os.write(self.master, data) :]
         return self._due[0][0] - now if self._due else 1.0
-
-    def drain(self) -> None:
-        """Write everything still to come, at once."""
-        self._due = [(0.0, order, data) for _, order, data in self._due]
-        heapq.heapify(self._due)
-        self.flush()
 
     def close(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -247,6 +240,29 @@ def stx_frame(seq: int, cmd: int, payload: bytes, *, good: bool = True) -> bytes
     return bytes((STX,)) + body + crc.to_bytes(2, "little") + bytes((ETX,))
 
 
+def split_stx(buf: bytes) -> tuple[list[tuple[int, int, bytes]], bytes, int]:
+    """The STX frames in `buf`: ((seq, cmd, payload) each, the bytes left, the bad frames)."""
+    frames: list[tuple[int, int, bytes]] = []
+    bad = 0
+    while True:
+        at = buf.find(bytes((STX,)))
+        if at < 0:
+            return frames, b"", bad
+        buf = buf[at:]
+        if len(buf) < 4:
+            return frames, buf, bad
+        size = 1 + 3 + buf[1] + 2 + 1
+        if len(buf) < size:
+            return frames, buf, bad
+        frame, body = buf[:size], buf[1 : size - 3]
+        if frame[-1] != ETX or int.from_bytes(frame[-3:-1], "little") != crc16_modbus(body):
+            bad += 1
+            buf = buf[1:]
+            continue
+        buf = buf[size:]
+        frames.append((body[1], body[2], body[3:]))
+
+
 class Stx(Device):
     """A controller answering out of order, noise and bad frames between its replies."""
 
@@ -267,27 +283,11 @@ class Stx(Device):
         return data
 
     def feed(self, data: bytes) -> None:
-        self.buf += data
-        while True:
-            at = self.buf.find(bytes((STX,)))
-            if at < 0:
-                self.buf = b""
-                return
-            self.buf = self.buf[at:]
-            if len(self.buf) < 4:
-                return
-            size = 1 + 3 + self.buf[1] + 2 + 1
-            if len(self.buf) < size:
-                return
-            frame, body = self.buf[:size], self.buf[1 : size - 3]
-            crc = int.from_bytes(frame[-3:-1], "little")
-            if frame[-1] != ETX or crc != crc16_modbus(body):
-                self.count("bad")
-                self.buf = self.buf[1:]
-                continue
-            self.buf = self.buf[size:]
+        frames, self.buf, bad = split_stx(self.buf + data)
+        if bad:
+            self.counts["bad"] = self.counts.get("bad", 0) + bad
+        for seq, cmd, payload in frames:
             self.count("requests")
-            seq, cmd, payload = body[1], body[2], body[3:]
             delay = self.rng.uniform(0, self.args.delay / 1000)
             self.wire.send(self.noise() + stx_frame(seq, cmd, payload), delay)
             if self.counts["requests"] % 5 == 0:
@@ -371,7 +371,6 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if readable:
                 device.feed(os.read(wire.master, 4096))
-        wire.drain()
     finally:
         wire.close()
     print(json.dumps(device.counts), flush=True)

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import serial
 import yaml
-from framedevice import FrameDevice
+from framedevice import EVENT_CMD, FrameDevice, split_stx, stx_frame
 from support import DaemonProc, write_config
 
 from verld.client import call_request
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.timeout(90)
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 CLIENTS, CALLS = 6, 30
+PORT_CALLS = 20  #: a program's on a virtual port, numbered by it from 100
 HEADER = bytes.fromhex("000001")  #: len, seq (verld writes both), cmd 01
 
 
@@ -47,6 +49,7 @@ def controller(
     try:
         sections = documented()
         sections["device"]["timeout"] = 10.0  # (calls queue behind the window)
+        sections["ports"] = [{"link": str(tmp_path / "ttyV0")}]
         daemon = DaemonProc(write_config(tmp_path, device.link, sections))
     except BaseException:
         device.stop()
@@ -76,45 +79,67 @@ def pipeline(daemon: DaemonProc, name: int, ready: threading.Barrier) -> dict[by
     return got
 
 
+def port_program(daemon: DaemonProc, ready: threading.Barrier) -> dict[int, bytes]:
+    """A program on a virtual port pipelining `PORT_CALLS` with its own seqs; seq → payload
+    of each reply."""
+    got: dict[int, bytes] = {}
+    with serial.Serial(str(daemon.config.parent / "ttyV0"), timeout=10) as port:
+        ready.wait()
+        port.write(b"".join(stx_frame(100 + n, 0x01, b"port %d" % n) for n in range(PORT_CALLS)))
+        buf = b""
+        while len(got) < PORT_CALLS:
+            chunk = port.read(port.in_waiting or 1)
+            assert chunk, f"replies so far: {got}"
+            frames, buf, bad = split_stx(buf + chunk)
+            assert not bad
+            got.update((seq, payload) for seq, cmd, payload in frames if cmd != EVENT_CMD)
+    return got
+
+
 def run_clients(device: FrameDevice, daemon: DaemonProc) -> tuple[int, int]:
-    """Clients pipelining at once, a subscriber beside them: each reply its asker's, every
-    event delivered; (verld's bad_frames, the bad frames the device sent)."""
+    """Clients pipelining at once, a program on a port and a subscriber beside them: each
+    reply its asker's, every event delivered; (verld's bad_frames, the bad frames sent)."""
     results: dict[int, dict[bytes, bytes]] = {}
     failures: list[BaseException] = []
     events: list[bytes] = []
-    ready = threading.Barrier(CLIENTS + 1, timeout=15)
+    ready = threading.Barrier(CLIENTS + 2, timeout=15)
+    on_port: dict[int, bytes] = {}
 
     def run(name: int) -> None:
         try:
-            results[name] = pipeline(daemon, name, ready)
+            if name == CLIENTS:
+                on_port.update(port_program(daemon, ready))
+            else:
+                results[name] = pipeline(daemon, name, ready)
         except BaseException as exc:
             failures.append(exc)
 
     with daemon.client() as sub:
         sub.subscribe(["events"])
-        threads = [threading.Thread(target=run, args=(n,)) for n in range(CLIENTS)]
+        threads = [threading.Thread(target=run, args=(n,)) for n in range(CLIENTS + 1)]
         for thread in threads:
             thread.start()
         ready.wait()
         for thread in threads:
             thread.join(60)
         assert not failures, failures
-        counts = device.stop()
-        for event in sub.events():
+        for event in sub.events():  # (one each fifth request, at most 50 ms after it)
             events.append(base64.b64decode(event["data"]))
-            if len(events) == counts["events"]:
+            if len(events) == (CLIENTS * CALLS + PORT_CALLS) // 5:
                 break
+        counts = device.stop()
     assert len(results) == CLIENTS
     for got in results.values():
         assert len(got) == CALLS and all(reply == asked for asked, reply in got.items())
-    assert counts["requests"] == CLIENTS * CALLS and "bad" not in counts
+    assert on_port == {100 + n: b"port %d" % n for n in range(PORT_CALLS)}
+    assert counts["requests"] == CLIENTS * CALLS + PORT_CALLS and "bad" not in counts
     assert sorted(data[3:] for data in events) == [
         n.to_bytes(4, "big") for n in range(counts["events"])
     ]
     assert all(data[2] == 0x80 for data in events)
     status = daemon.status()
     counters = status["counters"]
-    assert counters["calls_ok"] == CLIENTS * CALLS, counters
+    assert counters["calls_ok"] == CLIENTS * CALLS + PORT_CALLS, counters
     assert counters["stale"] == counters["timeouts"] == counters["retries"] == 0, counters
     assert counters["events"] == counts["events"], counters
     return counters["bad_frames"], counts["corrupt"]
