@@ -138,10 +138,31 @@ def test_cfg_is_acknowledged(receiver: tuple[FrameDevice, DaemonProc]) -> None:
 
 
 def test_a_pyubx2_program_on_a_port(receiver: tuple[FrameDevice, DaemonProc]) -> None:
-    """pyubx2 on a virtual port (errors raised) polls and reads events: clean UBX only."""
+    """pyubx2 on a port (errors raised), an API client polling too: clean UBX, its answers only."""
     _, daemon = receiver
-    port_path = str(daemon.config.parent / "ttyV0")
-    with serial.Serial(port_path, timeout=5) as port:
+    stop = threading.Event()
+    api_polls: list[str] = []
+
+    def api_poller() -> None:
+        with daemon.client() as client:
+            while not stop.is_set():
+                api_polls.append(message_of(client.call(data_of(MON_VER_POLL)).data).identity)
+
+    poller = threading.Thread(target=api_poller)
+    poller.start()
+    try:
+        seen = pyubx2_program(str(daemon.config.parent / "ttyV0"))
+    finally:
+        stop.set()
+        poller.join(15)
+    assert seen.count("MON-VER") == 2 and seen.count("ACK-ACK") == 1
+    assert set(seen) == {"MON-VER", "ACK-ACK", "NAV-PVT"}
+    assert len(api_polls) > 2 and set(api_polls) == {"MON-VER"}
+
+
+def pyubx2_program(path: str) -> list[str]:
+    """Poll MON-VER, set CFG-RATE, read 5 NAV-PVTs, poll again; what pyubx2 read."""
+    with serial.Serial(path, timeout=5) as port:
         reader = UBXReader(port, quitonerror=ERR_RAISE)
         port.write(MON_VER_POLL)
         port.write(UBXMessage("CFG", "CFG-RATE", SET, measRate=200, navRate=1).serialize())
@@ -156,4 +177,4 @@ def test_a_pyubx2_program_on_a_port(receiver: tuple[FrameDevice, DaemonProc]) ->
             raw, message = reader.read()
             assert isinstance(message, UBXMessage), message
             seen.append(message.identity)
-    assert seen.count("MON-VER") == 2 and set(seen) == {"MON-VER", "ACK-ACK", "NAV-PVT"}
+    return seen
