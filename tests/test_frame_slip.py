@@ -6,6 +6,7 @@ tests/framedevice.py's device, which frames with sliplib and sends an unsolicite
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 import threading
 from collections.abc import Iterator
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import serial
 import yaml
 from framedevice import UNSOLICITED, FrameDevice
+from sliplib import Driver, config  # type: ignore[import-untyped]
 from support import DaemonProc, write_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -49,6 +52,7 @@ def slip(tmp_path: Path) -> Iterator[tuple[FrameDevice, DaemonProc]]:
     try:
         sections = documented()
         sections["device"]["frame"]["match"] = [0]  # a reply has its request's type
+        sections["ports"] = [{"link": str(tmp_path / "ttyV0")}]
         daemon = DaemonProc(write_config(tmp_path, device.link, sections))
     except BaseException:
         device.stop()
@@ -103,3 +107,30 @@ def test_unsolicited_frames_are_events(slip: tuple[FrameDevice, DaemonProc]) -> 
         bytes((UNSOLICITED,)) + n.to_bytes(4, "big") + b"\xc0\xdb" for n in range(len(events))
     ]
     assert daemon.status()["counters"]["bad_frames"] == counts["corrupt"] > 0
+
+
+def with_crc(body: bytes) -> bytes:
+    """`body` and its CRC-16/XMODEM, big-endian: a SLIP message before stuffing."""
+    return body + binascii.crc_hqx(body, 0).to_bytes(2, "big")
+
+
+def test_a_sliplib_program_on_a_port(slip: tuple[FrameDevice, DaemonProc]) -> None:
+    """A sliplib program on a virtual port gets its answers byte for byte, events between."""
+    _, daemon = slip
+    with config.use_leading_end_byte(True):
+        driver = Driver()
+    asked = [bytes((kind,)) + payload for kind, payload in enumerate(AWKWARD, start=1)]
+    replies: list[bytes] = []
+    events: list[bytes] = []
+    with serial.Serial(str(daemon.config.parent / "ttyV0"), timeout=5) as port:
+        port.write(b"".join(driver.send(with_crc(body)) for body in asked))
+        while len(replies) < len(asked):
+            chunk = port.read(port.in_waiting or 1)
+            assert chunk, f"answers so far: {replies}"
+            driver.receive(chunk)
+            while (message := driver.get(block=False)) is not None:
+                body = message[:-2]
+                assert message == with_crc(body)
+                (events if body[0] == UNSOLICITED else replies).append(body)
+    assert replies == asked
+    assert events and all(event.endswith(b"\xc0\xdb") for event in events)
