@@ -22,7 +22,8 @@ KIND is one of:
   replies overtake each other, with its seq and cmd and the payload echoed. Before each
   reply goes noise: up to 12 random bytes without STX (`--noise any`: any bytes, and
   half the time a false start, STX and a random length reaching past the reply), and,
-  every third reply, a frame with a wrong CRC (no STX after its own). Every fifth
+  every third reply, a frame with a wrong CRC (no STX after its own); `--noise stuck`:
+  only STX FF 00 before each reply, a frame that never completes. Every fifth
   request also brings an event (cmd 0x80, a random seq, payload the event's number).
   Counts: `requests`, `corrupt` (the wrong-CRC frames sent), `events`.
 - `slip`: a SLIP device (RFC 1055, framed by sliplib, leading END bytes too): a message
@@ -267,6 +268,8 @@ class Stx(Device):
     """A controller answering out of order, noise and bad frames between its replies."""
 
     def noise(self) -> bytes:
+        if self.args.noise == "stuck":  # a false start whose length reaches past the reply
+            return bytes((STX, 0xFF, 0x00))
         lowest = 0 if self.args.noise == "any" else 3
         size = self.rng.randint(0, 12)
         data = bytes(self.rng.choice(range(lowest, 256)) for _ in range(size))
@@ -349,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--delay", type=float, default=50.0, help="stx: the most ms to answer in")
     p.add_argument(
-        "--noise", choices=("clean", "any"), default="clean", help="stx: noise without STX or any"
+        "--noise",
+        choices=("clean", "any", "stuck"),
+        default="clean",
+        help="stx: noise without STX, any, or a false start before each reply",
     )
     args = p.parse_args(argv)
     stop = False

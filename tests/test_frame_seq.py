@@ -156,3 +156,14 @@ def test_noise_with_false_starts(controller: tuple[FrameDevice, DaemonProc]) -> 
     """Noise holding STX bytes (false starts, lengths reaching past the reply) loses nothing."""
     bad_frames, corrupt = run_clients(*controller)
     assert bad_frames >= corrupt > 0
+
+
+@pytest.mark.parametrize("controller", [("--noise", "stuck")], indirect=True)
+def test_a_false_start_before_the_last_reply(controller: tuple[FrameDevice, DaemonProc]) -> None:
+    """A start whose length reaches past the only reply is dropped after the quiet guard."""
+    _, daemon = controller
+    client = daemon.client()
+    for n in range(3):
+        reply = client.call(HEADER + b"alone %d" % n, timeout=2.0)
+        assert reply.data[3:] == b"alone %d" % n and reply.ms < 1000, reply
+    assert daemon.status()["counters"]["bad_frames"] == 3
