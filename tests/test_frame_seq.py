@@ -25,7 +25,7 @@ from verld.client.messages import reply_from
 pytestmark = pytest.mark.timeout(90)
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "config.md"
-CLIENTS, CALLS = 6, 30
+CLIENTS, CALLS = 6, 50  #: 300 calls and the port's: the 1-byte seq wraps
 PORT_CALLS = 20  #: a program's on a virtual port, numbered by it from 100
 HEADER = bytes.fromhex("000001")  #: len, seq (verld writes both), cmd 01
 
