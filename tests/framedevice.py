@@ -54,6 +54,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from instrument import _die_with_parent
 from pynmeagps import NMEAMessage  # type: ignore[import-untyped]
 from pyubx2 import GET, UBXMessage, UBXReader  # type: ignore[import-untyped]
 from sliplib import END, Driver, ProtocolError, config  # type: ignore[import-untyped]
@@ -401,7 +402,12 @@ class FrameDevice:
         self.log_path = directory / f"{kind}.log"
         argv = [sys.executable, str(SCRIPT), kind, "--link", self.link, *args]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl; no leak if we die
+            )
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline().decode() if ready else ""
