@@ -27,6 +27,8 @@ SLOW_MODULES: frozenset[str] = frozenset(
         # real verld and verld-sim processes on ptys and Unix sockets
         "test_client.py", "test_cmdline.py", "test_ctl.py", "test_ctl_ping.py",
         "test_daemon.py", "test_e2e.py", "test_e2e_frame.py", "test_inhibit.py",
+        # the frame codec before device fakes built on pyubx2 and sliplib (tests/framedevice.py)
+        "test_frame_ubx.py", "test_frame_seq.py", "test_frame_slip.py",
         "test_leftovers.py",
         "test_modbus_daemon.py", "test_modbus_gap.py", "test_outage.py",
         "test_ownership.py", "test_port_exclusive.py", "test_ports.py",
