@@ -181,7 +181,8 @@ class TestKind:
         """open_port on tcp:// gives an FdTransport: no modem lines, no settings, no server."""
 
         async def main() -> None:
-            server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+            # (the server closes what it accepts: since 3.12 wait_closed waits for that)
+            server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
             host, number = server.sockets[0].getsockname()[:2]
             cfg = parse_config(f"device: {{port: 'tcp://{host}:{number}'}}")
             port = await open_port(cfg.device, cfg.device.port, Recorder(), 1.0)
