@@ -65,50 +65,55 @@ def packet(ident: int, instruction: int, params: bytes) -> bytes:
 
 
 class Reader:
-    """The packets in a byte stream: `(ID, instruction, parameters)` each; noise and
-    packets failing their CRC are skipped up to the next header, and counted."""
+    """The packets in a byte stream: `(ID, instruction, parameters)` each. Noise and
+    packets failing their CRC are skipped up to the next header; each run of such
+    bytes counts once in `bad_frames`."""
 
     def __init__(self, max_length: int) -> None:
         #: a LENGTH above this is noise (or, on a port, input to discard)
         self.max_length = max_length
         self.bad_frames = 0
         self.buf = bytearray()
+        self._in_noise = False  #: the bytes dropped last were noise, already counted
+
+    def _drop(self, count: int) -> None:
+        del self.buf[:count]
+        if not self._in_noise:
+            self.bad_frames += 1
+            self._in_noise = True
 
     def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
         buf = self.buf
         buf += data
-        found = []
+        found: list[tuple[int, int, bytes]] = []
         while True:
             start = buf.find(HEADER)
             if start < 0:  # keep what may be the beginning of a header
-                drop = max(0, len(buf) - len(HEADER) + 1)
-                if drop:
-                    self.bad_frames += 1
-                    del buf[:drop]
+                if len(buf) >= len(HEADER):
+                    self._drop(len(buf) - len(HEADER) + 1)
                 return found
             if start:
-                self.bad_frames += 1
-                del buf[:start]
+                self._drop(start)
             if len(buf) < _HEAD:
                 return found
             length = int.from_bytes(buf[5:7], "little")
             if not 3 <= length <= self.max_length:
-                self.bad_frames += 1
-                del buf[:1]
+                self._drop(1)
                 continue
             end = _HEAD + length
             if len(buf) < end:
                 return found
             if _crc(bytes(buf[: end - 2])).to_bytes(2, "little") != buf[end - 2 : end]:
-                self.bad_frames += 1
-                del buf[:1]
+                self._drop(1)
                 continue
             body = unstuff(bytes(buf[_HEAD : end - 2]))
             found.append((buf[4], body[0], body[1:]))
             del buf[:end]
+            self._in_noise = False
 
     def reset(self) -> None:
         self.buf.clear()
+        self._in_noise = False
 
 
 def _max_length(max_payload: int) -> int:
@@ -124,12 +129,8 @@ class DynamixelHost:
 
     def __init__(self, max_payload: int) -> None:
         self.desync: str | None = None
+        self.bad_frames = 0  #: noise, failed CRCs and status packets nobody waited for
         self._reader = Reader(_max_length(max_payload))
-        self._unasked = 0  #: status packets nobody waited for
-
-    @property
-    def bad_frames(self) -> int:
-        return self._reader.bad_frames + self._unasked
 
     def refuse(self, payload: bytes) -> str | None:
         """A call must name a servo and an instruction."""
@@ -140,12 +141,14 @@ class DynamixelHost:
 
     def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
         replies = []
+        before = self._reader.bad_frames
         for _ident, instruction, params in self._reader.feed(data):
             if awaiting_reply and instruction == STATUS and params:
                 awaiting_reply = False
                 replies.append(Inbound(Kind.REPLY, None, params[0], params[1:]))
             else:  # unasked, or our own instruction echoed by a half-duplex adapter
-                self._unasked += 1
+                self.bad_frames += 1
+        self.bad_frames += self._reader.bad_frames - before
         return replies
 
     def reset(self) -> None:

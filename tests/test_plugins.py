@@ -1,0 +1,250 @@
+"""Codec plugins: the Dynamixel example's framing byte by byte, and how verld finds,
+loads and refuses plugins (tests/plugins/, installed by tests/codec_plugins.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib.metadata import EntryPoint, distributions
+from pathlib import Path
+
+import pytest
+from codec_plugins import DYNAMIXEL, ODD, install
+from dynamixel_sdk.protocol2_packet_handler import Protocol2PacketHandler
+from hypothesis import given
+from hypothesis import strategies as st
+
+from verld.codec.api import GROUP, Inbound, Kind, PortRequest
+from verld.codec.registry import CODECS, Codecs, PluginError
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins" / DYNAMIXEL))
+import verld_dynamixel as dxl  # (the example plugin's source, read in place)
+
+sys.path.pop(0)
+
+SDK = Protocol2PacketHandler()
+
+
+def sdk_packet(ident: int, instruction: int, params: bytes) -> bytes:
+    """The packet the ROBOTIS SDK writes (its stuffing and CRC), for comparison."""
+    plain = [*dxl.HEADER, ident, 0, 0, instruction, *params, 0, 0]
+    length = len(plain) - 7
+    plain[5], plain[6] = length & 0xFF, length >> 8
+    stuffed = SDK.addStuffing(plain)
+    crc: int = SDK.updateCRC(0, stuffed, len(stuffed) - 2)
+    return bytes(stuffed[:-2]) + crc.to_bytes(2, "little")
+
+
+# --- the Dynamixel plugin's framing -------------------------------------------------------
+
+
+def test_packet_is_the_sdks_read_instruction() -> None:
+    """A READ of 4 bytes from 132 of servo 1 is the SDK's packet, CRC-16/UMTS included."""
+    wire = dxl.packet(1, 0x02, bytes.fromhex("84000400"))
+    assert wire == bytes.fromhex("fffffd0001070002840004001d15")
+    assert wire == sdk_packet(1, 0x02, bytes.fromhex("84000400"))
+
+
+def test_stuffing_inserts_fd_after_the_header_pattern() -> None:
+    """`FF FF FD` inside a packet is sent as `FF FF FD FD`, and LENGTH counts the FD."""
+    wire = dxl.packet(1, 0x03, bytes.fromhex("4000fffffd01"))
+    assert bytes.fromhex("fffffdfd01") in wire
+    assert int.from_bytes(wire[5:7], "little") == 10
+    assert wire == sdk_packet(1, 0x03, bytes.fromhex("4000fffffd01"))
+
+
+@given(st.binary(max_size=64))
+def test_stuffing_matches_the_sdk_and_round_trips(params: bytes) -> None:
+    """Any parameters are framed as the SDK frames them and unstuffed back unchanged."""
+    assert dxl.packet(7, 0x03, params) == sdk_packet(7, 0x03, params)
+    assert dxl.unstuff(dxl.stuff(b"\x03" + params)) == b"\x03" + params
+
+
+@given(st.binary(max_size=40), st.binary(max_size=8))
+def test_port_reads_requests_fed_in_any_chunks_after_noise(params: bytes, noise: bytes) -> None:
+    """Noise, then two packets fed a byte at a time: both requests come out, tagged by ID."""
+    port = dxl.DynamixelPort(256)
+    stream = noise + sdk_packet(3, 0x03, params) + sdk_packet(4, 0x02, b"\x84\x00\x04\x00")
+    found: list[PortRequest] = []
+    for i in range(len(stream)):
+        found += port.feed(stream[i : i + 1])
+    assert found[-2:] == [
+        PortRequest(3, b"\x03\x03" + params),
+        PortRequest(4, b"\x04\x02\x84\x00\x04\x00"),
+    ]
+
+
+def test_port_answers_with_a_status_packet_from_the_requests_id() -> None:
+    """The reply is a status packet from the ID the request went to: error byte, params."""
+    port = dxl.DynamixelPort(256)
+    assert port.reply(5, 0, b"\x00\x08", None) == sdk_packet(5, 0x55, b"\x00\x00\x08")
+    assert port.reply(5, None, b"", None) == b""  # no answer: the program's timeout runs
+    assert port.event(b"tick", None) == b""  # a servo sends nothing unasked
+
+
+def test_host_reply_is_the_status_error_byte_and_params() -> None:
+    """verld's side: the call's payload goes out as a packet; the status packet is its reply."""
+    host = dxl.DynamixelHost(256)
+    assert host.encode_request(0, b"\x01\x02\x84\x00\x04\x00") == sdk_packet(1, 2, b"\x84\0\4\0")
+    reply = host.feed(sdk_packet(1, 0x55, b"\x00\x00\x08\x00\x00"), True)
+    assert reply == [Inbound(Kind.REPLY, None, 0, b"\x00\x08\x00\x00")]
+
+
+def test_host_drops_bad_crc_and_unasked_status_as_noise() -> None:
+    """A packet failing its CRC, and a status nobody waits for, are counted, never replies."""
+    host = dxl.DynamixelHost(256)
+    good = sdk_packet(1, 0x55, b"\x00\x01")
+    damaged = good[:-1] + bytes((good[-1] ^ 1,))
+    assert host.feed(damaged + good, False) == []
+    assert host.bad_frames == 2
+    assert host.feed(good, True) == [Inbound(Kind.REPLY, None, 0, b"\x01")]
+
+
+def test_host_refuses_a_call_without_id_and_instruction() -> None:
+    """A call shorter than ID and instruction is refused before it is sent."""
+    assert dxl.DynamixelHost(256).refuse(b"\x01") is not None
+    assert dxl.DynamixelHost(256).refuse(b"\x01\x01") is None
+
+
+# --- finding and loading plugins ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Dynamixel plugin and the odd ones installed in a directory of their own."""
+    return install(tmp_path_factory.mktemp("plugins"), DYNAMIXEL, ODD)
+
+
+def installed_in(*directories: Path) -> Codecs:
+    """A registry over the built-ins and the plugins installed in `directories`."""
+
+    def found() -> list[EntryPoint]:
+        dists = distributions(path=[str(d) for d in directories])
+        return [point for dist in dists for point in dist.entry_points if point.group == GROUP]
+
+    return Codecs(CODECS.builtins(), found)
+
+
+@pytest.fixture
+def codecs(plugin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Codecs]:
+    """A registry over the installed plugins, their directory on sys.path; none imported."""
+    monkeypatch.syspath_prepend(str(plugin_dir))
+    for module in ("verld_dynamixel", "verld_odd", "verld_odd_broken"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    yield installed_in(plugin_dir)
+
+
+def test_a_plugin_is_a_codec_after_the_builtins(codecs: Codecs) -> None:
+    """An installed plugin's name is a codec, listed after the built-ins, its spec loaded."""
+    names = list(codecs)
+    assert names[: len(CODECS.builtins())] == [codec.name for codec in CODECS.builtins()]
+    assert "dynamixel" in names and "verl" not in names[len(CODECS.builtins()) :]
+    assert codecs["dynamixel"].name == "dynamixel"
+    assert codecs["dynamixel"].events is False
+
+
+def test_only_the_codec_asked_for_is_imported(codecs: Codecs) -> None:
+    """Naming one plugin imports it alone: a broken one beside it stays unimported."""
+    assert "broken" in codecs  # known from the metadata
+    codecs["dynamixel"]
+    assert "verld_dynamixel" in sys.modules
+    assert "verld_odd_broken" not in sys.modules and "verld_odd" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("broken", "failed to load: ModuleNotFoundError: No module named"),
+        ("notaspec", "verld_odd:NOT_A_SPEC is a dict, not a verld.codec.api.CodecSpec"),
+        ("misnamed", "its CodecSpec is named 'other', not 'misnamed'"),
+    ],
+)
+def test_an_unusable_plugin_says_which_package_and_why(codecs: Codecs, name: str, why: str) -> None:
+    """A plugin that cannot be used raises PluginError naming it, its package and why."""
+    with pytest.raises(PluginError) as caught:
+        codecs[name]
+    assert str(caught.value).startswith(
+        f"codec plugin {name!r} from package verld-odd-codecs 0.1: "
+    )
+    assert why in str(caught.value)
+
+
+def test_a_plugin_with_a_builtins_name_never_replaces_it(codecs: Codecs) -> None:
+    """A plugin named `verl` leaves the built-in in place and is a clash, found unimported."""
+    assert codecs["verl"] is CODECS["verl"]
+    (clash,) = codecs.clashes()
+    assert (clash.name, clash.package) == ("verl", "verld-odd-codecs 0.1")
+    assert "verld_odd" not in sys.modules
+
+
+def test_a_name_two_packages_take_is_refused_naming_both(
+    plugin_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same codec name from two installed packages is refused, naming the other too."""
+    monkeypatch.syspath_prepend(str(plugin_dir))
+    codecs = installed_in(plugin_dir, install(tmp_path, DYNAMIXEL))
+    with pytest.raises(PluginError, match=r"the name is taken by package verld-dynamixel 1\.0 too"):
+        codecs["dynamixel"]
+    assert any(clash.name == "dynamixel" for clash in codecs.clashes())
+
+
+def test_listing_shows_every_codec_with_its_origin(codecs: Codecs) -> None:
+    """The listing: built-ins, then each plugin with its package and, if unusable, why."""
+    listed = {(item.name, item.origin): item.error for item in codecs.listing()}
+    assert listed[("verl", "built-in")] is None
+    assert listed[("dynamixel", "verld-dynamixel 1.0")] is None
+    assert listed[("verl", "verld-odd-codecs 0.1")] == "the name is taken by the built-in codec"
+    assert "ModuleNotFoundError" in (listed[("broken", "verld-odd-codecs 0.1")] or "")
+
+
+# --- the command line: verld with the plugins on PYTHONPATH -------------------------------
+
+
+def verld(plugin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`verld ARGS` with the plugins on its PYTHONPATH."""
+    env = {"PYTHONPATH": str(plugin_dir), "PATH": "/usr/bin:/bin"}
+    command = [sys.executable, "-m", "verld", *args]
+    return subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=60)
+
+
+def config(tmp_path: Path, codec: str) -> str:
+    path = tmp_path / "verld.yaml"
+    path.write_text(
+        f"device: {{port: /dev/null, codec: {codec}}}\napi: {{socket: {tmp_path}/v.sock}}\n"
+    )
+    return str(path)
+
+
+def test_list_codecs_names_builtins_and_plugins_with_where_from(plugin_dir: Path) -> None:
+    """`verld --list-codecs`: every codec and where it comes from, an unusable one with why."""
+    run = verld(plugin_dir, "--list-codecs")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].split() == ["verl", "built-in"]
+    assert "dynamixel   verld-dynamixel 1.0" in lines
+    broken = next(line for line in lines if line.startswith("broken"))
+    assert "verld-odd-codecs 0.1 (unusable: failed to load: ModuleNotFoundError" in broken
+
+
+def test_a_config_naming_a_plugin_checks_and_one_naming_a_broken_plugin_exits_2(
+    plugin_dir: Path, tmp_path: Path
+) -> None:
+    """`device.codec: dynamixel` is valid; naming a plugin that fails to import is exit 2,
+    one line naming its package, no traceback, at --check-config and at start alike."""
+    assert verld(plugin_dir, "--check-config", config(tmp_path, "dynamixel")).returncode == 0
+    for args in (("--check-config",), ("--config",)):
+        run = verld(plugin_dir, *args, config(tmp_path, "broken"))
+        assert run.returncode == 2
+        assert "device.codec: codec plugin 'broken' from package verld-odd-codecs 0.1:" in (
+            run.stderr
+        )
+        assert "Traceback" not in run.stderr
+
+
+def test_a_plugin_the_config_does_not_name_cannot_stop_verld(
+    plugin_dir: Path, tmp_path: Path
+) -> None:
+    """Unusable plugins the config does not name leave it valid (verld only logs a clash)."""
+    run = verld(plugin_dir, "--check-config", config(tmp_path, "verl"))
+    assert run.returncode == 0, run.stderr
