@@ -3,7 +3,9 @@ docs/codecs.md walks through), byte by byte against the ROBOTIS SDK's own framin
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 
 from codec_plugins import DYNAMIXEL, PLUGINS
 from dynamixel_sdk.protocol2_packet_handler import Protocol2PacketHandler
@@ -96,3 +98,16 @@ def test_host_refuses_a_call_without_id_and_instruction() -> None:
     """A call shorter than ID and instruction is refused before it is sent."""
     assert dxl.DynamixelHost(256).refuse(b"\x01") is not None
     assert dxl.DynamixelHost(256).refuse(b"\x01\x01") is None
+
+
+def test_the_docs_walk_the_plugins_own_code() -> None:
+    """Every code block docs/codecs.md shows of the plugin is in its source as shown."""
+    doc = (Path(__file__).parents[1] / "docs" / "codecs.md").read_text()
+    package = PLUGINS / DYNAMIXEL
+    source = (package / "verld_dynamixel.py").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, re.DOTALL)
+    assert len(blocks) == 5
+    for block in blocks:
+        assert block in source
+    (toml,) = re.findall(r"```toml\n(.*?)```", doc, re.DOTALL)
+    assert toml in (package / "pyproject.toml").read_text()

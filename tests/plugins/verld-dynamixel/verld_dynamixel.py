@@ -70,7 +70,7 @@ class Reader:
     bytes counts once in `bad_frames`."""
 
     def __init__(self, max_length: int) -> None:
-        #: a LENGTH above this is noise (or, on a port, input to discard)
+        #: a LENGTH above this is noise: no packet of max_payload bytes is so long
         self.max_length = max_length
         self.bad_frames = 0
         self.buf = bytearray()
@@ -158,16 +158,14 @@ class DynamixelHost:
 class DynamixelPort(Bounded):
     """The servo's side for a program on a virtual port or network connection (a
     `PortFraming`): instruction packets in, status packets out. The ID a request was
-    sent to is its tag: the status packet answers from that ID."""
+    sent to is its tag: the status packet answers from that ID. The header finds every
+    packet, so noise is skipped and reading goes on: it never has to discard."""
 
     def __init__(self, max_payload: int) -> None:
         super().__init__()
         self._reader = Reader(_max_length(max_payload))
 
     def feed(self, data: bytes) -> list[PortRequest]:
-        if self.discarding:
-            self.ignored += len(data)
-            return []
         before = self._reader.bad_frames
         packets = self._reader.feed(data)
         self.bad_frames += self._reader.bad_frames - before
@@ -186,7 +184,6 @@ class DynamixelPort(Bounded):
 
     def reset(self) -> None:
         self._reader.reset()
-        self.discarding = False
 
 
 def _ping(cfg: Settings) -> bytes | None:
