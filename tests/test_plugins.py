@@ -156,3 +156,24 @@ def test_a_plugin_the_config_does_not_name_cannot_stop_verld(
     """Unusable plugins the config does not name leave it valid (verld only logs a clash)."""
     run = verld(plugin_dir, "--check-config", config(tmp_path, "verl"))
     assert run.returncode == 0, run.stderr
+
+
+def test_the_command_lines_codec_option_takes_plugins_and_refuses_broken_ones(
+    plugin_dir: Path, tmp_path: Path
+) -> None:
+    """`verld PORT --codec broken` and `verld-sim --codec broken` exit 2 naming the package;
+    the simulator refuses a plugin without commands to play, saying so."""
+    run = verld(plugin_dir, "/dev/null", "--codec", "broken", "--socket", str(tmp_path / "v.sock"))
+    assert run.returncode == 2
+    assert "--codec: codec plugin 'broken' from package verld-odd-codecs 0.1:" in run.stderr
+    sim = [sys.executable, "-m", "verld.sim", "--link", str(tmp_path / "tty"), "--codec"]
+    env = {"PYTHONPATH": str(plugin_dir), "PATH": "/usr/bin:/bin"}
+    for name, said in (
+        ("broken", "codec plugin 'broken' from package verld-odd-codecs 0.1"),
+        ("dynamixel", "--codec dynamixel: the simulator plays binary commands"),
+    ):
+        run = subprocess.run(
+            [*sim, name], check=False, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert run.returncode == 2
+        assert said in run.stderr and "Traceback" not in run.stderr

@@ -66,7 +66,7 @@ _RS485 = Section(
 _CODEC_NAME = leaves.choice(CODECS)
 
 
-def _codec(item: Item) -> str:
+def codec(item: Item) -> str:
     """One of the codecs (a built-in, or an installed plugin's: imported here, so one
     that cannot be used is this key's error, naming its package)."""
     name: str = _CODEC_NAME(item)
@@ -91,7 +91,7 @@ _DEVICE = Section(
         "parity": leaves.choice(PARITIES),
         "stopbits": leaves.stopbits,
         "rtscts": leaves.boolean,
-        "codec": _codec,
+        "codec": codec,
         "timeout": leaves.seconds(zero_ok=False),
         "guard": leaves.seconds(zero_ok=True),
         "retry": leaves.optional(leaves.integer(0)),
