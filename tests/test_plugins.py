@@ -135,19 +135,21 @@ def test_list_codecs_names_builtins_and_plugins_with_where_from(plugin_dir: Path
     assert "verld-odd-codecs 0.1 (unusable: failed to load: ModuleNotFoundError" in broken
 
 
-def test_a_config_naming_a_plugin_checks_and_one_naming_a_broken_plugin_exits_2(
-    plugin_dir: Path, tmp_path: Path
+def test_a_config_naming_an_installed_plugin_is_valid(plugin_dir: Path, tmp_path: Path) -> None:
+    """`device.codec: dynamixel` passes --check-config once the plugin is installed."""
+    run = verld(plugin_dir, "--check-config", config(tmp_path, "dynamixel"))
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("option", ["--check-config", "--config"])
+def test_a_config_naming_a_broken_plugin_exits_2_naming_its_package(
+    plugin_dir: Path, tmp_path: Path, option: str
 ) -> None:
-    """`device.codec: dynamixel` is valid; naming a plugin that fails to import is exit 2,
-    one line naming its package, no traceback, at --check-config and at start alike."""
-    assert verld(plugin_dir, "--check-config", config(tmp_path, "dynamixel")).returncode == 0
-    for args in (("--check-config",), ("--config",)):
-        run = verld(plugin_dir, *args, config(tmp_path, "broken"))
-        assert run.returncode == 2
-        assert "device.codec: codec plugin 'broken' from package verld-odd-codecs 0.1:" in (
-            run.stderr
-        )
-        assert "Traceback" not in run.stderr
+    """A config naming a plugin that fails to import: exit 2, its package named, no traceback."""
+    run = verld(plugin_dir, option, config(tmp_path, "broken"))
+    assert run.returncode == 2
+    assert "device.codec: codec plugin 'broken' from package verld-odd-codecs 0.1:" in run.stderr
+    assert "Traceback" not in run.stderr
 
 
 def test_a_plugin_the_config_does_not_name_cannot_stop_verld(
@@ -158,22 +160,28 @@ def test_a_plugin_the_config_does_not_name_cannot_stop_verld(
     assert run.returncode == 0, run.stderr
 
 
-def test_the_command_lines_codec_option_takes_plugins_and_refuses_broken_ones(
+def test_verlds_codec_option_refuses_a_broken_plugin_naming_its_package(
     plugin_dir: Path, tmp_path: Path
 ) -> None:
-    """`verld PORT --codec broken` and `verld-sim --codec broken` exit 2 naming the package;
-    the simulator refuses a plugin without commands to play, saying so."""
+    """`verld PORT --codec broken` exits 2 naming the option and the plugin's package."""
     run = verld(plugin_dir, "/dev/null", "--codec", "broken", "--socket", str(tmp_path / "v.sock"))
     assert run.returncode == 2
     assert "--codec: codec plugin 'broken' from package verld-odd-codecs 0.1:" in run.stderr
-    sim = [sys.executable, "-m", "verld.sim", "--link", str(tmp_path / "tty"), "--codec"]
-    env = {"PYTHONPATH": str(plugin_dir), "PATH": "/usr/bin:/bin"}
-    for name, said in (
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
         ("broken", "codec plugin 'broken' from package verld-odd-codecs 0.1"),
         ("dynamixel", "--codec dynamixel: the simulator plays binary commands"),
-    ):
-        run = subprocess.run(
-            [*sim, name], check=False, env=env, capture_output=True, text=True, timeout=60
-        )
-        assert run.returncode == 2
-        assert said in run.stderr and "Traceback" not in run.stderr
+    ],
+)
+def test_verld_sim_refuses_a_plugin_it_cannot_play(
+    plugin_dir: Path, tmp_path: Path, name: str, said: str
+) -> None:
+    """`verld-sim --codec` with a broken plugin, or one without commands, exits 2 saying why."""
+    sim = [sys.executable, "-m", "verld.sim", "--link", str(tmp_path / "tty"), "--codec", name]
+    env = {"PYTHONPATH": str(plugin_dir), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run(sim, check=False, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert said in run.stderr and "Traceback" not in run.stderr
