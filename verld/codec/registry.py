@@ -154,6 +154,8 @@ class Codecs(MutableMapping[str, CodecSpec]):
         if others:
             also = ", ".join(_package(other) for other in others)
             return PluginError(name, package, f"the name is taken by package {also} too")
+        if name != name.lower():  # the config compares codec names in lower case
+            return PluginError(name, package, "a codec's name is in lower case")
         try:
             loaded = point.load()
         except Exception as exc:  # whatever the plugin's import raises, said in one line
