@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         codec = spec(args.codec)
     except PluginError as exc:
         parser.error(f"--codec: {exc}")
-    if codec.commands is None and not (codec.bus or codec.text):
+    # (a declared framing's commands come with its declaration: `--frame`, below)
+    if codec.commands is None and not (codec.bus or codec.text or codec.declared):
         parser.error(
             f"--codec {args.codec}: the simulator plays binary commands (a codec "
             "spec's commands), lines or Modbus; this codec has none of them"
