@@ -18,6 +18,8 @@ from pathlib import Path
 PLUGINS = Path(__file__).parent / "plugins"
 #: Dynamixel Protocol 2.0: the plugin docs/codecs.md walks through
 DYNAMIXEL = "verld-dynamixel"
+#: a codec with `commands`: verld-sim plays its device
+TAG8 = "verld-tag8"
 #: plugins that cannot be used: one fails to import, one is not a spec, one is named
 #: otherwise, one takes a built-in's name
 ODD = "verld-odd-codecs"

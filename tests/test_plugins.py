@@ -10,10 +10,11 @@ from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 
 import pytest
-from codec_plugins import DYNAMIXEL, ODD, install
+from codec_plugins import DYNAMIXEL, ODD, TAG8, install
 
 from verld.codec.api import GROUP
 from verld.codec.registry import CODECS, Codecs, PluginError
+from verld.testing import DaemonProc, write_config
 
 # --- finding and loading plugins ------------------------------------------------------------
 
@@ -21,7 +22,7 @@ from verld.codec.registry import CODECS, Codecs, PluginError
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The Dynamixel plugin and the odd ones installed in a directory of their own."""
-    return install(tmp_path_factory.mktemp("plugins"), DYNAMIXEL, ODD)
+    return install(tmp_path_factory.mktemp("plugins"), DYNAMIXEL, TAG8, ODD)
 
 
 def installed_in(*directories: Path) -> Codecs:
@@ -185,3 +186,16 @@ def test_verld_sim_refuses_a_plugin_it_cannot_play(
     run = subprocess.run(sim, check=False, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert said in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.timeout(60)
+def test_the_simulator_plays_a_plugin_with_commands(plugin_dir: Path, tmp_path: Path) -> None:
+    """`port: sim` with a plugin that has `commands`: verld-sim runs its command set over it."""
+    cfg = write_config(tmp_path, "sim", {"device": {"codec": "tag8"}})
+    daemon = DaemonProc(cfg, env={"PYTHONPATH": str(plugin_dir)})
+    try:
+        with daemon.client() as c:
+            reply = c.call(b"\x01hi")  # the sim's echo command
+        assert (reply.status, reply.data) == (0, b"hi")
+    finally:
+        daemon.stop()
