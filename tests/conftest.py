@@ -37,6 +37,8 @@ SLOW_MODULES: frozenset[str] = frozenset(
         "test_sim.py", "test_sim_modbus.py", "test_sim_nmea.py",
         # the network front: real TCP clients against a daemon
         "test_network.py", "test_network_hostile.py", "test_network_passthrough.py",
+        # codec plugins: pip installs them, verld runs with them (ROBOTIS's dynamixel-sdk)
+        "test_plugins.py", "test_plugins_dynamixel.py",
         # third-party peers: independent device, pymodbus, ser2net, gpsd/picocom/socat,
         # tmux, socat pty rigs, and the SCPI instrument fake on ptys with long timeouts
         "test_interop.py", "test_modbus_gateway.py", "test_modbus_pymodbus.py",

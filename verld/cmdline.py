@@ -84,8 +84,22 @@ USAGE = """\
 verld PORT [--codec CODEC] [--baudrate N] [--socket PATH] [LINE OPTIONS] [--frame FILE]
        verld [--config FILE] [PORT] [--codec CODEC] [--baudrate N] [--socket PATH] [LINE OPTIONS]
              [--frame FILE]
-       verld --check-config FILE | --version | --help
+       verld --check-config FILE | --list-codecs | --version | --help
 LINE OPTIONS: [--end RE] [--event RE] [--no-reply RE] [--ping TEXT] [--expect RE]"""
+
+
+def codec_list() -> str:
+    """`verld --list-codecs`: a line per codec, its name and where it comes from (a
+    plugin that cannot be used: why, after its package)."""
+    listed = CODECS.listing()
+    width = max(len(codec.name) for codec in listed)
+    lines = []
+    for codec in listed:
+        line = f"{codec.name:<{width}}  {codec.origin}"
+        if codec.error is not None:
+            line += f" (unusable: {codec.error})"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 class Usage(VerldError):
@@ -116,6 +130,12 @@ def parser() -> argparse.ArgumentParser:
         help=f"YAML config (default: {DEFAULT_CONFIG}, unless PORT is given: then no file)",
     )
     p.add_argument("--check-config", metavar="FILE", help="validate FILE and exit 0 (ok) or 2")
+    p.add_argument(
+        "--list-codecs",
+        action="store_true",
+        help="list the codecs: the built-ins and the installed plugins, with where each "
+        "comes from (a plugin that cannot be used: why), and exit",
+    )
     p.add_argument(
         "--codec",
         metavar="CODEC",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 import structlog
 
 from verld import __version__, cmdline, httpmetrics, logs, systemd
+from verld.codec.registry import CODECS
 from verld.config import Config, changed_keys, load_config
 from verld.config.load import check_file
 from verld.errors import ConfigError, ServeError
@@ -351,6 +352,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.list_codecs:
+        print(cmdline.codec_list())
+        return 0
     if args.check_config:
         return check_file("verld", args.check_config, load_config)
     try:  # the file (--config, else /etc/verld/verld.yaml) or PORT, the command line on top
@@ -365,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = start.cfg
     fmt = logs.setup(cfg.log.level, cfg.log.format)
     cmdline.announce(start, fmt)
+    for unusable in CODECS.clashes():  # plugins no config can use: only logged
+        log.warning("codec_plugin_unusable", codec=unusable.name, error=str(unusable))
     try:
         with _runner() as runner:
             return runner.run(serve(cfg, start.config_path, args.socket, reread=start.reread))

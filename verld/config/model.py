@@ -208,7 +208,7 @@ DEFAULT_ACTIONS: Mapping[str, int] = MappingProxyType(
 #: codec registered later is a choice too)
 CODECS = SPECS.keys()
 #: the codecs of a Modbus bus (`CodecSpec.bus`): they take `MODBUS_DEVICE_DEFAULTS`
-MODBUS_CODECS = tuple(name for name, codec in SPECS.items() if codec.bus)
+MODBUS_CODECS = tuple(codec.name for codec in SPECS.builtins() if codec.bus)
 #: on the Modbus codecs `device.timeout` defaults to this (a key the file sets wins):
 #: Modbus masters give up after 1-3 s (`device.retry`'s default is each codec's own)
 MODBUS_DEVICE_DEFAULTS: Mapping[str, float | int] = MappingProxyType({"timeout": 0.5})

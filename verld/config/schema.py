@@ -20,7 +20,6 @@ from verld.codec.registry import spec
 from verld.codec.spec import CHECKED
 from verld.config import leaves
 from verld.config.model import (
-    CODECS,
     LOG_LEVELS,
     MODBUS_CODECS,
     MODBUS_DEVICE_DEFAULTS,
@@ -28,7 +27,7 @@ from verld.config.model import (
     DeviceConfig,
     LogConfig,
 )
-from verld.config.sections import CONFIG, SECTION_KEYS
+from verld.config.sections import CONFIG, SECTION_KEYS, codec
 from verld.config.suggest import unknown_flat_key, unknown_section
 from verld.config.validate import (
     BadValue,
@@ -63,7 +62,7 @@ _FLAT = Section(
         "timeout": leaves.seconds(zero_ok=False),
         "retry": leaves.integer(0),
         "log_level": leaves.choice(LOG_LEVELS, str.upper),
-        "adapter": leaves.optional(leaves.choice(CODECS)),
+        "adapter": leaves.optional(codec),
     },
     unknown=lambda key, flat: unknown_flat_key(key, flat, SECTION_KEYS),
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
 
+from verld.codec.registry import PluginError, spec
 from verld.config import leaves
 from verld.config.frame import frame as _frame
 from verld.config.model import (
@@ -37,7 +38,7 @@ from verld.config.model import (
 )
 from verld.config.network import ENTRY as _NETWORK_ENTRY
 from verld.config.network import network as _network
-from verld.config.validate import Check, Item, Section, build, entries
+from verld.config.validate import BadValue, Check, Item, Section, build, entries
 
 _POSITIVE = leaves.integer(1)
 _LINE = Section(
@@ -62,6 +63,20 @@ _RS485 = Section(
 )
 
 
+_CODEC_NAME = leaves.choice(CODECS)
+
+
+def codec(item: Item) -> str:
+    """One of the codecs (a built-in, or an installed plugin's: imported here, so one
+    that cannot be used is this key's error, naming its package)."""
+    name: str = _CODEC_NAME(item)
+    try:
+        spec(name)
+    except PluginError as exc:
+        raise BadValue(str(exc)) from None
+    return name
+
+
 def _rs485(item: Item) -> Rs485Config:
     rs485: Rs485Config = build(item, _RS485)
     return rs485
@@ -76,7 +91,7 @@ _DEVICE = Section(
         "parity": leaves.choice(PARITIES),
         "stopbits": leaves.stopbits,
         "rtscts": leaves.boolean,
-        "codec": leaves.choice(CODECS),
+        "codec": codec,
         "timeout": leaves.seconds(zero_ok=False),
         "guard": leaves.seconds(zero_ok=True),
         "retry": leaves.optional(leaves.integer(0)),

@@ -16,7 +16,7 @@ import structlog
 
 from verld import __version__
 from verld.codec.modbus import MAX_RTU_UNIT
-from verld.codec.registry import CODECS, spec
+from verld.codec.registry import CODECS, PluginError, spec
 from verld.config.framefile import load_declaration
 from verld.errors import ConfigError
 from verld.sim.device import Device, LinePersonality, make_personality
@@ -198,7 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the simulator until SIGTERM/SIGINT; the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    codec = spec(args.codec)
+    try:
+        codec = spec(args.codec)
+    except PluginError as exc:
+        parser.error(f"--codec: {exc}")
+    # (a declared framing's commands come with its declaration: `--frame`, below)
+    if codec.commands is None and not (codec.bus or codec.text or codec.declared):
+        parser.error(
+            f"--codec {args.codec}: the simulator plays binary commands (a codec "
+            "spec's commands), lines or Modbus; this codec has none of them"
+        )
     if codec.rtu and not all(1 <= unit <= MAX_RTU_UNIT for unit in args.units):
         parser.error("--units: modbus-rtu serves units 1..247 (0 is the broadcast address)")
     if args.nmea and not codec.text:
