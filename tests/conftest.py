@@ -27,6 +27,7 @@ SLOW_MODULES: frozenset[str] = frozenset(
         # real verld and verld-sim processes on ptys and Unix sockets
         "test_client.py", "test_cmdline.py", "test_ctl.py", "test_ctl_ping.py",
         "test_daemon.py", "test_e2e.py", "test_e2e_frame.py", "test_inhibit.py",
+        "test_monitor_frame.py",
         "test_leftovers.py",
         "test_modbus_daemon.py", "test_modbus_gap.py", "test_outage.py",
         "test_ownership.py", "test_port_exclusive.py", "test_ports.py",
