@@ -46,7 +46,13 @@ def test_monitor_reads_each_frame_by_the_declaration(tmp_path: Path, procs: Proc
             )
             out, lines = proc.stdout, queue.Queue[str]()
             assert out is not None
-            threading.Thread(target=lambda: [lines.put(line) for line in out], daemon=True).start()
+
+            def read() -> None:
+                """verlctl's lines onto `lines` as they come, to the end of its output."""
+                for line in out:
+                    lines.put(line)
+
+            threading.Thread(target=read, daemon=True).start()
             seen: list[str] = []
             c, deadline = daemon.client(), time.monotonic() + 30
             # (calls until verlctl, subscribed by then, shows one: it may start late)
