@@ -29,6 +29,7 @@ SLOW_MODULES: frozenset[str] = frozenset(
         "test_daemon.py", "test_e2e.py", "test_e2e_frame.py", "test_inhibit.py",
         # the frame codec before device fakes built on pyubx2 and sliplib (tests/framedevice.py)
         "test_frame_ubx.py", "test_frame_seq.py", "test_frame_slip.py",
+        "test_monitor_frame.py",
         "test_leftovers.py",
         "test_modbus_daemon.py", "test_modbus_gap.py", "test_outage.py",
         "test_ownership.py", "test_port_exclusive.py", "test_ports.py",

@@ -6,8 +6,11 @@ hurt another. A **case** is a codec variant × a front × a neighbour behaviour:
 
 - variants (`VARIANTS`): `verl`, `verl:tcp`, `length`, `length:tcp`, `line` (no
   heartbeat ping: `heartbeat.payload` empty), `line:ping` (`PING`, answered `PONG`),
-  `line:tcp` (`PING`), `modbus-rtu`, `modbus-tcp`; `:tcp` is verld-sim listening on
-  TCP and verld on `tcp://` (modbus-tcp is always on TCP);
+  `line:tcp` (`PING`), `modbus-rtu`, `modbus-tcp`, `frame` (configs/frame.yaml's
+  declaration: "STX len seq cmd data CRC ETX", pipelined by its seq byte) and
+  `frame:match` (no seq: one call at a time, a reply told by its device-id byte,
+  `match`); `:tcp` is verld-sim listening on TCP and verld on `tcp://` (modbus-tcp is
+  always on TCP);
 - fronts (`FRONTS`): `api` (the JSON API on the Unix socket), `port` (a virtual
   serial port), `modbus` (the Modbus TCP server; Modbus codecs only), `mqtt`
   (verld-mqtt through a real mosquitto on loopback);
@@ -31,8 +34,9 @@ The neighbour and the good client use the same front. `run_case` runs the neighb
 client's) beside the good client (in the caller's loop) for a few seconds, with a
 monitor on the API following the link. The good client calls in a loop, one call at
 a time, each recognisably its own (`ECHO <unique>` on line, the sim's echo command
-0x01 + unique bytes on verl/length, a write of a fresh value to its own holding
-register and a read back on the Modbus codecs), and counts:
+0x01 + unique bytes on verl/length, after the frame's header on frame, a write of a
+fresh value to its own holding register and a read back on the Modbus codecs), and
+counts:
 
 - **wrong**: an answer that is not its own (another call's data, an id or correlation
   it never used);
@@ -88,11 +92,13 @@ from paho.mqtt.properties import Properties
 from support import free_port
 
 from verld import wire
+from verld.codec.frame.frames import FrameFormat, FrameReader
 from verld.codec.length import LengthDecoder
 from verld.codec.length import encode as length_encode
 from verld.codec.line import LineSplitter
 from verld.codec.modbus import crc16, mbap_frame, rtu_frame, rtu_response_length
 from verld.codec.verl import FrameDecoder, encode_frame
+from verld.config import Config, parse_config
 from verld.testing import DaemonProc, HarnessError, SimProc, write_config
 
 __all__ = [
@@ -137,6 +143,30 @@ HEARTBEAT = {"interval": 1.0, "misses": 3, "timeout": 0.3}
 #: dropped unanswered (docs/sim.md): the one request the sim never answers on length
 SIM_LENGTH_MAX_PAYLOAD = 64
 LENGTH_SILENT = b"\xff" * 200
+#: the `frame` variants' declarations (device.frame), by variant name: configs/frame.yaml's
+#: (seq at header byte 1, cmd at 2, events cmd 0x80), and one without seq whose replies
+#: are told by the device-id byte (header byte 0) they share with their request
+FRAMES: dict[str, dict[str, Any]] = {
+    "frame": {
+        "start": "02",
+        "header": 3,
+        "length": {"offset": 0, "size": 1},
+        "check": {"kind": "CRC-16/MODBUS", "order": "little"},
+        "end": "03",
+        "seq": {"offset": 1, "size": 1},
+        "event": {"offset": 2, "values": ["80"]},
+    },
+    "frame:match": {
+        "start": "aa 55",
+        "header": 2,
+        "length": {"offset": 1, "size": 1},
+        "check": {"kind": "sum8"},
+        "match": [0],
+    },
+}
+#: the headers a call's data starts with, by variant: the good client's, the neighbour's
+#: (frame: len and seq, verld writes them; cmd 01. frame:match: device ids G and N, len)
+FRAME_HEADS = {"frame": (b"\x00\x00\x01", b"\x00\x00\x01"), "frame:match": (b"G\x00", b"N\x00")}
 MODBUS_PING = "010400000001"  #: unit 1, input register 0 (fc 4: no client here uses it)
 GOOD_UNIT, GOOD_REGISTER = 1, 10  #: the good client's holding register (nobody else writes it)
 NB_UNIT = 2  #: the neighbour's unit
@@ -175,10 +205,18 @@ class Variant:
 
     @property
     def family(self) -> str:
-        """`binary` (verl, length), `line` or `modbus`: how requests are made."""
+        """`binary` (verl, length), `line`, `modbus` or `frame`: how requests are made."""
         if self.codec.startswith("modbus"):
             return "modbus"
+        if self.codec == "frame":
+            return "frame"
         return "line" if self.codec == "line" else "binary"
+
+    @property
+    def framing(self) -> str:
+        """How a program frames its requests on a port: the codec, or on `frame` the
+        variant (its declaration)."""
+        return self.name if self.codec == "frame" else self.codec
 
     def sim_args(self) -> tuple[str, ...]:
         if self.family == "modbus":
@@ -200,8 +238,28 @@ VARIANTS: dict[str, Variant] = {
         Variant("line:tcp", "line", tcp=True, ping="PING"),
         Variant("modbus-rtu", "modbus-rtu", ping=MODBUS_PING),
         Variant("modbus-tcp", "modbus-tcp", tcp=True, ping=MODBUS_PING),
+        Variant("frame", "frame", ping="000001"),
+        Variant("frame:match", "frame", ping="5000"),
     )
 }
+
+
+def _frame_config(name: str) -> Config:
+    frame = json.dumps(FRAMES[name])  # (JSON is YAML)
+    return parse_config(f"device: {{port: /dev/null, codec: frame, frame: {frame}}}\n")
+
+
+#: each `frame` variant's framing, made ready
+FORMS: dict[str, FrameFormat] = {}
+for _name in FRAMES:
+    _declared = _frame_config(_name).device.frame
+    assert _declared is not None
+    FORMS[_name] = FrameFormat(_declared, MAX_PAYLOAD)
+
+
+def _frame_event(framing: str, data: bytes) -> bool:
+    """A `frame` variant's event: cmd 0x80 (frame), device id 0 (frame:match)."""
+    return data[2] == 0x80 if framing == "frame" else data[0] == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +335,8 @@ class Dialect:
     def __init__(self, variant: Variant, nonce: str) -> None:
         self.variant, self.codec, self.family = variant, variant.codec, variant.family
         self.nonce = nonce
+        #: frame: the header every request starts with (the sim's commands follow it)
+        self.head = FRAME_HEADS[variant.name][1] if self.family == "frame" else b""
 
     def own(self, n: int) -> Payload:
         """An ordinary request, answered at once."""
@@ -286,7 +346,7 @@ class Dialect:
             if n % 2:
                 return Payload(_write(NB_UNIT, 20 + n % 10, n & 0xFFFF))
             return Payload(_read(NB_UNIT, 0, 4))
-        return Payload(b"\x01" + f"N{self.nonce}x{n}".encode())
+        return Payload(self.head + b"\x01" + f"N{self.nonce}x{n}".encode())
 
     def silent(self, n: int) -> Payload:
         """A request the device never answers (verl: answered long after the timeout)."""
@@ -294,8 +354,9 @@ class Dialect:
             return _text(" " * (n % 3))  # a blank line: the sim ignores it
         if self.family == "modbus":
             return Payload(_read(SILENT_UNIT, 0))
-        if self.codec == "verl":
-            return Payload(b"\x03" + struct.pack(">H", int(TIMEOUT * 3000)) + b"late")
+        if self.codec in ("verl", "frame"):
+            late = b"\x03" + struct.pack(">H", int(TIMEOUT * 3000)) + b"late"
+            return Payload(self.head + late)
         return Payload(LENGTH_SILENT)
 
     def two_in_one(self, n: int) -> list[Payload]:
@@ -317,6 +378,9 @@ class Dialect:
             count = len(inner) // 2
             carrier = struct.pack(">BBHHB", NB_UNIT, 0x10, 30, count, len(inner)) + inner
             return [Payload(carrier), Payload(_read(NB_UNIT, 0) + _read(NB_UNIT, 1))]
+        if self.family == "frame":  # a whole frame inside a call's payload
+            inner = self.head + b"\x01" + tag.encode()
+            return [Payload(inner + FORMS[self.variant.name].encode(inner, 7))]
         second = (
             encode_frame(0x11, 7, b"\x01" + tag.encode())
             if self.codec == "verl"
@@ -327,8 +391,8 @@ class Dialect:
     def events(self) -> Payload | None:
         """A request after which the device sends events (None where an event could pass
         for the next call's reply: length has no way to tell them apart)."""
-        if self.codec == "verl":
-            return Payload(b"\x06\x00\x14")
+        if self.codec in ("verl", "frame"):
+            return Payload(self.head + b"\x06\x00\x14")
         if self.family == "line":
             return _text("EVENTS 20")  # (device.line.event makes them events)
         return None
@@ -337,8 +401,8 @@ class Dialect:
         """A request answered within the timeout, but not at once."""
         if self.family == "line":
             return _text(f"DELAY 50 N{self.nonce}x{n}")
-        if self.codec == "verl":
-            return Payload(b"\x03\x00\xc8" + f"N{self.nonce}x{n}".encode())
+        if self.codec in ("verl", "frame"):
+            return Payload(self.head + b"\x03\x00\xc8" + f"N{self.nonce}x{n}".encode())
         if self.codec == "length":
             return Payload(b"\x03\x00\x32" + f"N{self.nonce}x{n}".encode())
         return self.own(n)
@@ -366,7 +430,7 @@ class Dialect:
             return _text("ECHO " + "x" * MAX_PAYLOAD)
         if self.family == "modbus":
             return Payload(bytes((NB_UNIT, 0x10)) + bytes(300))
-        return Payload(b"\x01" + b"x" * MAX_PAYLOAD)
+        return Payload(self.head + b"\x01" + b"x" * MAX_PAYLOAD)
 
 
 @dataclass(slots=True)
@@ -378,11 +442,12 @@ class GoodCall:
     accept: frozenset[bytes]
     any_read: bool = False  #: a Modbus read while the register's value is unknown
     write: int | None = None  #: Modbus: the value written
+    skip: int = 0  #: frame: the reply's header, before the answer proper
 
     def matches(self, status: int, data: bytes) -> bool:
         if status != 0:
             return False
-        if data in self.accept:
+        if data[self.skip :] in self.accept:
             return True
         head = bytes((GOOD_UNIT, 3, 2))
         return self.any_read and len(data) == 5 and data.startswith(head)
@@ -391,8 +456,10 @@ class GoodCall:
 class GoodCalls:
     """The good client's calls, one after another, each recognisably its own."""
 
-    def __init__(self, family: str, nonce: str) -> None:
-        self.family, self.nonce = family, nonce
+    def __init__(self, variant: Variant, nonce: str) -> None:
+        self.family, self.nonce = variant.family, nonce
+        #: frame: the header every call starts with (the sim's commands follow it)
+        self.head = FRAME_HEADS[variant.name][0] if self.family == "frame" else b""
         self.n = 0
         #: Modbus: what the register may hold (None: unknown)
         self.values: set[int] | None = None
@@ -404,8 +471,9 @@ class GoodCalls:
         tag = f"G{self.nonce}x{n}"
         if self.family == "line":
             return GoodCall(n, _text(f"ECHO {tag}"), frozenset({tag.encode()}))
-        if self.family == "binary":
-            return GoodCall(n, Payload(b"\x01" + tag.encode()), frozenset({tag.encode()}))
+        if self.family in ("binary", "frame"):
+            payload = Payload(self.head + b"\x01" + tag.encode())
+            return GoodCall(n, payload, frozenset({tag.encode()}), skip=len(self.head))
         if n % 2 == 0:
             value = (self._base + n) & 0xFFFF
             data = _write(GOOD_UNIT, GOOD_REGISTER, value)
@@ -430,7 +498,11 @@ class GoodCalls:
 
 
 def port_request(codec: str, payload: Payload, tag: int) -> bytes:
-    """The bytes a program writes to its port for `payload` (verl seq / MBAP id `tag`)."""
+    """The bytes a program writes to its port for `payload` (verl seq / MBAP id / frame
+    seq `tag`); `codec` a variant's `framing`."""
+    form = FORMS.get(codec)
+    if form is not None:
+        return form.encode(payload.data, tag)  # (a seq field, if declared, takes `tag`)
     if codec == "line":
         return payload.data + b"\n"
     if codec == "length":
@@ -453,16 +525,26 @@ class Answers:
     """Answers in a byte stream, framed as a program (or a Modbus TCP master) reads them."""
 
     def __init__(self, codec: str) -> None:
-        self.codec = codec
+        self.codec = codec  #: a variant's `framing`
         self.events = 0
         self.junk = 0  #: bytes that framed nothing
         self._buf = bytearray()
         self._lines = LineSplitter(b"\n", 1 << 16)
         self._length = LengthDecoder(1 << 20)
         self._verl = FrameDecoder(1 << 16, frozenset({0x12, 0x13}))
+        form = FORMS.get(codec)
+        self._frames = None if form is None else FrameReader(form)
 
     def feed(self, data: bytes) -> list[Answer]:
         codec = self.codec
+        if self._frames is not None:  # frame: a reply's data is its header and payload
+            found = []
+            for piece in self._frames.feed(data):
+                if _frame_event(codec, piece):
+                    self.events += 1
+                else:
+                    found.append(Answer(self._frames.form.seq_of(piece), 0, piece))
+            return found
         if codec == "line":
             out = []
             for line in self._lines.feed(data):
@@ -797,10 +879,13 @@ class Rig:
         self.bridge: BridgeProc | None = None
         self.broker: Broker | None = None
         self.base = f"nb/{secrets.token_hex(3)}/{variant.replace(':', '-')}"
+        args = v.sim_args()
+        if v.family == "frame":  # the sim reads the declaration from a file of its own
+            declared = tmp / "frame.yaml"
+            declared.write_text(json.dumps(FRAMES[v.name]))
+            args += ("--frame", str(declared))
         # shared: the pool keeps the rig across tests
-        self.sim = SimProc(
-            tmp, "--seed", str(seed), *v.sim_args(), codec=v.codec, tcp=v.tcp, shared=True
-        )
+        self.sim = SimProc(tmp, "--seed", str(seed), *args, codec=v.codec, tcp=v.tcp, shared=True)
         self.good_port, self.nb_port = str(tmp / "good.tty"), str(tmp / "nb.tty")
         self.modbus_port = free_port() if v.family == "modbus" else None
         try:
@@ -823,6 +908,8 @@ class Rig:
         }
         if v.codec == "line":
             device["line"] = {"event": "^EVENT ", "no_reply": NO_REPLY}
+        if v.family == "frame":
+            device["frame"] = FRAMES[v.name]
         cfg: dict[str, Any] = {
             "device": device,
             "heartbeat": {**HEARTBEAT, "payload": v.ping, **_expect(v)},
@@ -912,9 +999,9 @@ class Good:
 
     def __init__(self, info: RigInfo, case: Case) -> None:
         self.info, self.case = info, case
-        self.codec = info.variant.codec
+        self.codec = info.variant.framing
         self.nonce = secrets.token_hex(3)
-        self.calls = GoodCalls(info.variant.family, self.nonce)
+        self.calls = GoodCalls(info.variant, self.nonce)
         self.tally = Tally()
         #: error codes that are the documented answer in this case
         self.allowed = frozenset({"busy"}) if case.behaviour == "lease" else frozenset()
@@ -1023,7 +1110,7 @@ class GoodStream(Good):
             self.queue.put_nowait(answer)
 
     def tag_of(self, call: GoodCall) -> int:
-        return 1 + call.n % 65535
+        return 1 + call.n % (255 if self.codec == "frame" else 65535)  # (frame: a seq byte)
 
     def frame(self, call: GoodCall) -> bytes:
         return port_request(self.codec, call.payload, self.tag_of(call))
@@ -1071,7 +1158,7 @@ class GoodPort(GoodStream):
     """A program on its own virtual serial port (events off), in the device's framing."""
 
     async def open(self) -> None:
-        self.tagged = self.codec in ("verl", "modbus-tcp")
+        self.tagged = self.codec in ("verl", "modbus-tcp", "frame")
         self.pty = Pty(self.info.good_port)
         self.pty.start_reading()
         self._reader = asyncio.create_task(self._read())
@@ -1242,7 +1329,7 @@ class Neighbour:
         self.info = info
         self.nonce = secrets.token_hex(3)
         self.dialect = Dialect(info.variant, self.nonce)
-        self.codec = info.variant.codec
+        self.codec = info.variant.framing
         self.stats = NbStats()
         self.n = 0
         self._transactions: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -1664,6 +1751,10 @@ def _broken_frame(nb: Neighbour) -> bytes:
         return own[:2] + b"\x00\x07" + own[4:]  # protocol id 7
     if codec == "length":
         return b"\x7f\xff\xff\xff" + own
+    form = FORMS.get(codec)
+    if form is not None:  # its first payload byte changed: a bad check
+        at = len(form.start) + form.header
+        return own[:at] + bytes((own[at] ^ 0x55,)) + own[at + 1 :]
     return bytes(random.randrange(0x80, 0x100) for _ in range(40)) + b"\n"
 
 
@@ -1691,6 +1782,9 @@ def _overlong(nb: Neighbour) -> bytes:
         return encode_frame(0x11, 9, b"\x01" + b"x" * (MAX_PAYLOAD + 10))
     if codec == "modbus-tcp":
         return struct.pack(">HHH", 1, 0, 300) + bytes(300)
+    form = FORMS.get(codec)
+    if form is not None:  # a frame announcing 200 bytes that never come: the guard drops it
+        return form.encode(nb.dialect.head + b"\x01" + b"x" * 199, 9)[:-20]
     return bytes((NB_UNIT, 0x10)) + os.urandom(300)
 
 
@@ -2198,7 +2292,7 @@ async def settle(info: RigInfo, *, quiet: float) -> None:
     """Wait until the link is up, nothing is queued and the device answers a call (a
     device confused by the last case may be deaf for a while), then `quiet` seconds."""
     deadline = time.monotonic() + 60
-    probe = GoodCalls(info.variant.family, "settle").next()
+    probe = GoodCalls(info.variant, "settle").next()
     seen: Any = None
     while time.monotonic() < deadline:
         conn = await ApiConn.open(info.socket)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neighbours import Answer, Answers, Payload, port_request
+from neighbours import FRAME_HEADS, Answer, Answers, Payload, port_request
 from pki import self_signed
 
 from verld.codec.telnet import ComPort, Data, Telnet, escape
@@ -305,21 +305,23 @@ class Expect:
     """One call and the answer that is its own."""
 
     payload: Payload
-    tag: int  #: verl seq, MBAP transaction id (0 where the framing has none)
-    data: bytes  #: the answer's data (Modbus: unit + PDU)
+    tag: int  #: verl seq, MBAP transaction id, frame seq (0 where the framing has none)
+    data: bytes  #: the answer's data (Modbus: unit + PDU; frame: after the header)
+    skip: int = 0  #: frame: the answer's header, before `data`
 
     def own(self, answer: Answer, codec: str) -> bool:
-        tagged = codec in ("verl", "modbus-tcp")
+        tagged = codec in ("verl", "modbus-tcp", "frame")
         return (
             answer.status == 0
-            and answer.data == self.data
+            and answer.data[self.skip :] == self.data
             and (not tagged or answer.tag == self.tag)
         )
 
 
 class Maker:
     """The calls of one connection, each recognisably its own: `ECHO WHO-n` on line,
-    the sim's echo (`01` + `WHO-n`) on verl and length, a write of n to the
+    the sim's echo (`01` + `WHO-n`) on verl and length (after the header on a `frame`
+    variant, `codec` then the variant's `framing`), a write of n to the
     connection's own holding `register` of unit 1 on the Modbus codecs (the sim
     echoes a write)."""
 
@@ -340,6 +342,12 @@ class Maker:
         if codec in ("verl", "length"):
             head = b"\x03" + struct.pack(">H", delay_ms) if delay_ms else b"\x01"
             return Expect(Payload(head + tag.encode()), seq if codec == "verl" else 0, tag.encode())
+        if codec in FRAME_HEADS:
+            header = FRAME_HEADS[codec][0]
+            command = b"\x03" + struct.pack(">H", delay_ms) if delay_ms else b"\x01"
+            seq = 1 + (n - 1) % 255 if codec == "frame" else 0  # (a seq byte on `frame`)
+            payload = Payload(header + command + tag.encode())
+            return Expect(payload, seq, tag.encode(), skip=len(header))
         write = struct.pack(">BBHH", 1, 6, self.register, n & 0xFFFF)
         return Expect(Payload(write), (n & 0xFFFF) if codec == "modbus-tcp" else 0, write)
 

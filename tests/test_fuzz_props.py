@@ -32,7 +32,7 @@ from verld.errors import ApiError
 from verld.fronts.api.ops import OPS
 
 FUZZ_DIR = Path(__file__).resolve().parents[1] / "tools" / "fuzz"
-TARGETS = ("api", "verl", "length", "line", "port", "telnet")
+TARGETS = ("api", "verl", "length", "line", "port", "telnet", "frame")
 MAX = 64
 DAEMON = frozenset({0x12, 0x13})
 

@@ -66,6 +66,12 @@ SUITE = [
     ("modbus-tcp", "port", "churn"),
     ("modbus-tcp", "modbus", "silent"),  # the Modbus front: a turn per connection
     ("modbus-tcp", "mqtt", "oversize"),
+    ("frame", "api", "silent"),  # answered past its timeout: a stale seq, never delivered
+    ("frame", "port", "oversize"),  # a frame that never ends: dropped after the guard
+    ("frame", "mqtt", "terminators"),  # a whole frame inside a call's payload
+    ("frame:match", "api", "silent"),  # no seq: the late reply's device id is not the next's
+    ("frame:match", "port", "malformed"),
+    ("frame:match", "mqtt", "flood"),
 ]
 
 
@@ -92,7 +98,8 @@ def test_neighbour(pool: RigPool, variant: str, front: str, behaviour: str) -> N
 def test_the_suite_covers_every_codec_front_and_behaviour() -> None:
     """Every variant × front pair is in SUITE, every behaviour at least once, each where it runs."""
     pairs = {(v, f) for v, f, _ in SUITE}
-    suite_variants = {"verl", "length", "line", "line:tcp", "modbus-rtu", "modbus-tcp"}
+    suite_variants = {"verl", "length", "line", "line:tcp", "modbus-rtu", "modbus-tcp", "frame"}
+    suite_variants |= {"frame:match"}
     assert pairs == {(v, f) for v in suite_variants for f in nb.fronts_of(v)}
     assert {b for _, _, b in SUITE} == set(nb.BEHAVIOURS)
     assert all(b in nb.behaviours_of(f, v) for v, f, b in SUITE)

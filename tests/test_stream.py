@@ -15,6 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from verld.codec.base import Kind, PortRequest
+from verld.codec.frame.frames import FrameFormat
 from verld.codec.modbus import rtu_frame
 from verld.codec.verl import FrameDecoder, encode_frame
 from verld.config import Config, parse_config
@@ -52,11 +53,20 @@ class FakeEdge:
         return bool(self.wants) and self.wants[-1]
 
 
-def _config(codec: str = "line", **api: int) -> Config:
+#: `configs/frame.yaml`'s declaration: "STX len seq cmd data CRC-16/MODBUS ETX"
+STX_FRAME = (
+    '{start: "02", header: 3, length: {offset: 0, size: 1},'
+    " check: {kind: CRC-16/MODBUS, order: little},"
+    ' end: "03", seq: {offset: 1, size: 1}, event: {offset: 2, values: ["80"]}}'
+)
+
+
+def _config(codec: str = "line", frame: str | None = None, **api: int) -> Config:
     extra = "".join(f", {key}: {value}" for key, value in api.items())
+    declared = "" if frame is None else f", frame: {frame}"
     return parse_config(
         f"device: {{port: /dev/fake, codec: {codec}, guard: 0.5, max_payload: 64,"
-        f" timeout: 1.0, retry: 0}}\n"
+        f" timeout: 1.0, retry: 0{declared}}}\n"
         "heartbeat: {interval: 0}\n"  # (no pings on the wire but the handshake's)
         f"api: {{socket: /tmp/verld.sock{extra}}}\n"
     )
@@ -67,9 +77,15 @@ class Rig:
     events go to every stream of the rig, as the ports front sends them."""
 
     def __init__(
-        self, codec: str = "line", *, write: bool = True, events: bool = True, **api: int
+        self,
+        codec: str = "line",
+        *,
+        frame: str | None = None,
+        write: bool = True,
+        events: bool = True,
+        **api: int,
     ) -> None:
-        self.cfg = _config(codec, **api)
+        self.cfg = _config(codec, frame, **api)
         self.dev = SessionRig(self.cfg, core=True)
         self.dev.connect()
         self.core, self.clock, self.wire = self.dev.core, self.dev.clock, self.dev.wire
@@ -222,6 +238,44 @@ class TestInput:
         assert rig.payloads == []
         rig.clock.advance(0.01)
         assert rig.payloads == [request]
+
+
+class TestFalseStart:
+    """`frame` (`guard_flush`): a frame a program leaves incomplete, after `device.guard`."""
+
+    @staticmethod
+    def _frame(rig: Rig, data: bytes) -> bytes:
+        assert rig.cfg.device.frame is not None
+        return FrameFormat(rig.cfg.device.frame, 64).encode(data)
+
+    def test_a_false_start_is_dropped_once_the_program_is_quiet_for_the_guard(self) -> None:
+        """A start marker with nothing behind it is dropped after the guard; the next is heard."""
+        rig = Rig("frame", frame=STX_FRAME)
+        rig.stream.feed(b"\x02\x20")  # (a 32-byte payload announced, never sent)
+        rig.clock.advance(0.6)
+        assert rig.figures()["bad_frames"] == 1
+        rig.stream.feed(self._frame(rig, b"\x00\x07\x01\x01hi"))
+        assert [p[2:] for p in rig.payloads] == [b"\x01\x01hi"]  # (verld's own seq at 1)
+
+    def test_a_request_inside_a_false_starts_extent_is_heard_after_the_guard(self) -> None:
+        """The search resumes behind the false start: a whole request it swallowed is called."""
+        rig = Rig("frame", frame=STX_FRAME)
+        rig.stream.feed(b"\x02\x20" + self._frame(rig, b"\x00\x07\x01\x01hi"))
+        assert rig.payloads == []
+        rig.clock.advance(0.6)
+        assert [p[2:] for p in rig.payloads] == [b"\x01\x01hi"]
+        rig.answer(lambda request: (0, request.payload))  # (the request's data, echoed)
+        assert bytes(rig.edge.out) == self._frame(rig, b"\x00\x07\x01\x01hi")
+
+    def test_a_program_still_writing_keeps_its_frame(self) -> None:
+        """The guard counts from the program's last byte: a slow writer's frame is not cut."""
+        rig = Rig("frame", frame=STX_FRAME)
+        frame = self._frame(rig, b"\x00\x07\x01\x01hi")
+        for byte in frame:
+            rig.stream.feed(bytes((byte,)))
+            rig.clock.advance(0.3)
+        assert [p[2:] for p in rig.payloads] == [b"\x01\x01hi"]
+        assert rig.figures()["bad_frames"] == 0
 
 
 # --- calls and answers ------------------------------------------------------------------

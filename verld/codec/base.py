@@ -116,8 +116,9 @@ class PortFraming(Protocol):
         ...
 
     def flush(self) -> list[PortRequest]:
-        """The program fell quiet (3.5 character times): requests that ends; the
-        rest of a partial request is dropped (modbus-rtu; a no-op elsewhere)."""
+        """The program fell quiet (3.5 character times on modbus-rtu; `device.guard`
+        where the spec says `guard_flush`): requests that ends; the rest of a partial
+        request is dropped (a no-op elsewhere)."""
         ...
 
     def reply(self, tag: int | None, status: int | None, data: bytes, text: str | None) -> bytes:

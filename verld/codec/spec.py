@@ -121,6 +121,11 @@ class CodecSpec:
     bus: bool = False
     #: silence ends frames (3.5 character times): modbus-rtu
     rtu: bool = False
+    #: the device side may hold the start of a request that no later byte is bound to
+    #: complete (a program's false start): a port calls its `flush` once the program has
+    #: been quiet for `device.guard`, so the false start is dropped and what the search
+    #: finds behind it is heard (`frame`)
+    guard_flush: bool = False
     #: replies and events carry text (line)
     text: bool = False
     #: the device may send events

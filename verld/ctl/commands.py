@@ -15,8 +15,10 @@ from typing import Any
 from verld import journal
 from verld.client import Client, ClientError, Unreachable
 from verld.codec.registry import CODECS
+from verld.config import load_config
 from verld.ctl import modbus
 from verld.ctl.codes import Usage
+from verld.ctl.frame import FrameReading
 from verld.ctl.inhibit import cmd_inhibit
 from verld.ctl.ping import cmd_ping
 from verld.ctl.render import (
@@ -32,6 +34,7 @@ from verld.ctl.render import (
     safe,
 )
 from verld.ctl.top import cmd_top
+from verld.errors import ConfigError
 
 Command = Callable[[Client, argparse.Namespace], int]
 Record = dict[str, Any]
@@ -105,24 +108,60 @@ def cmd_events(c: Client, args: argparse.Namespace) -> int:
 def cmd_monitor(c: Client, args: argparse.Namespace) -> int:
     if args.raw:
         return _stream(c, args, ["wire"], render_traffic)
-    decode = _traffic_decoder(c)
-    return _stream(c, args, ["traffic"], lambda ev: render_traffic(ev, decode=decode))
+    reader = _traffic_reader(c, args)
+    if reader is None:
+        return _stream(c, args, ["traffic"], render_traffic)
+    return _stream(
+        c, args, ["traffic"], lambda ev: render_traffic(ev, decode=reader(ev.get("seq")))
+    )
 
 
-def _traffic_decoder(c: Client) -> Decoder | None:
-    """The payload reader for the device's codec as `hello` names it (modbus only), else None."""
+#: a traffic line's payload reader, given the line's seq
+Reader = Callable[[Any], Decoder]
+
+
+def _traffic_reader(c: Client, args: argparse.Namespace) -> Reader | None:
+    """The payload reader for the device's codec as `hello` names it (the Modbus codecs;
+    `frame`, by the declaration in `--config`), else None."""
     try:
-        codec = c.hello()["device"]["codec"]
+        device = c.hello()["device"]
+        codec = device["codec"]
     except Unreachable:
         raise
     except (ClientError, KeyError, TypeError):
         return None  # no codec named: every line as on any other codec
     found = CODECS.get(codec) if isinstance(codec, str) else None
-    if found is None or not found.bus:
+    if found is None:
         return None  # (a codec this verlctl does not know: read as any other)
-    if not found.rtu:
-        return functools.partial(modbus.describe, rtu=False)  # unit 0 is a unit there
-    return modbus.describe
+    if found.declared:
+        return _frame_reader(args, device)
+    if not found.bus:
+        return None
+    describe = functools.partial(modbus.describe, rtu=found.rtu)  # unit 0 is a unit on TCP
+    return lambda _seq: describe
+
+
+def _frame_reader(args: argparse.Namespace, device: dict[str, Any]) -> Reader | None:
+    """`frame`: the declaration in the config verlctl was given (`hello` names the codec
+    only); without one the frames are shown undecoded, and stderr says why."""
+    config = getattr(args, "config", None)
+    if not config:
+        print(
+            "verlctl: monitor: frames are shown undecoded: give --config FILE (verld's "
+            "config) to read them by its device.frame",
+            file=sys.stderr,
+        )
+        return None
+    try:
+        frame = load_config(config).device.frame
+    except ConfigError as exc:
+        raise Usage(f"--config: {exc}") from None
+    if frame is None:
+        print(f"verlctl: monitor: {config} declares no device.frame", file=sys.stderr)
+        return None
+    max_payload = device.get("max_payload")
+    bound = max_payload if isinstance(max_payload, int) and max_payload > 0 else 1 << 20
+    return FrameReading(frame, bound).at
 
 
 def _level_filter(args: argparse.Namespace) -> Callable[[Record], bool]:

@@ -34,7 +34,10 @@ Bounds: bytes waiting for the program are at most `api.max_backlog` (whole answe
 and events beyond it are dropped and counted); input the decoder cannot use is
 discarded until the program has been quiet for `device.guard` (the decoder counts
 it `ignored`); on RTU, a request whose length its bytes do not tell ends at 3.5
-characters of silence; `write: false` ignores (and counts) all input.
+characters of silence; where the framing may hold a false start (`guard_flush`: a
+`frame` program's start marker with no frame behind it), what the program left
+incomplete is dropped once it has been quiet for `device.guard` (and a request the
+search then finds behind it is heard); `write: false` ignores (and counts) all input.
 """
 
 from __future__ import annotations
@@ -162,8 +165,10 @@ class ProgramStream:
         self.max_backlog = cfg.api.max_backlog
         self.client_queue = cfg.api.client_queue
         self.guard = cfg.device.guard
-        self.pipelined, self.rtu = spec.port_window, spec.rtu
-        self.gap = silent_gap(cfg)
+        self.pipelined = spec.port_window
+        #: the program's silence that ends what it left half-written (0: none does):
+        #: 3.5 characters on RTU, `device.guard` where a false start may be held
+        self.silence = silent_gap(cfg) if spec.rtu else self.guard if spec.guard_flush else 0.0
 
     def reset_framing(self, cfg: Config) -> None:
         """The codec (or its settings) changed: a new decoder, and a new epoch."""
@@ -227,8 +232,10 @@ class ProgramStream:
             if self._quiet.at == math.inf:
                 self._quiet.set(now + self.guard)
                 self._tell_refused("a request too long (or not in the device's framing)")
-        elif self.rtu:  # an RTU request of unknown length ends at silence
-            self._gap.set(self.clock.time() + self.gap)
+        elif self.silence:  # what is half-written ends at silence
+            self._last_input = now = self.clock.time()
+            if self._gap.at == math.inf:
+                self._gap.set(now + self.silence)
         if requests:
             self._requests(requests)
 
@@ -241,6 +248,10 @@ class ProgramStream:
         log.debug(f"{self.kind}_input_resumed", **self.where, ignored=self.framing.ignored)
 
     def _silence(self) -> None:
+        due = self._last_input + self.silence
+        if self.clock.time() < due:
+            self._gap.set(due)
+            return
         requests = self.framing.flush()
         if requests:
             self._requests(requests)

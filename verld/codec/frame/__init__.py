@@ -88,6 +88,7 @@ FRAME = CodecSpec(
     device=lambda cfg: FramePortFraming(_declared(cfg), cfg.device.max_payload),
     device_ping=_device_ping,
     quiet=True,
+    guard_flush=True,
     check=_check,
     settle=_settle,
     declared=True,

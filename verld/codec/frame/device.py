@@ -5,7 +5,9 @@ writes is a call whose data is the frame's header and payload; with a seq field 
 program's own number is its tag, put back into the reply's header in place of
 verld's (the length and check written afresh), so a program may have several calls
 out and tell the replies apart. Noise is a bad frame and the search resumes at once
-(`FrameReader`): the framing never goes out of step.
+(`FrameReader`): the framing never goes out of step. A frame left incomplete is
+dropped once the program has been quiet for `device.guard` (`flush`, which the port
+calls: the spec's `guard_flush`).
 
 `FrameCommandFraming` (the simulator's `CommandPersonality`): the binary command set
 runs on a request's payload (after the header); the reply is a frame with the
@@ -45,7 +47,14 @@ class FramePortFraming(Bounded):
         self._reader = FrameReader(self.form)
 
     def feed(self, data: bytes) -> list[PortRequest]:
-        frames = self._reader.feed(data)
+        return self._requests(self._reader.feed(data))
+
+    def flush(self) -> list[PortRequest]:
+        """The program has been quiet for `device.guard`: a frame it left incomplete is
+        a bad frame, and the frames behind its start are read (`FrameReader.flush`)."""
+        return self._requests(self._reader.flush())
+
+    def _requests(self, frames: list[bytes]) -> list[PortRequest]:
         self.bad_frames = self._reader.bad_frames
         seq_of = self.form.seq_of
         return [PortRequest(seq_of(frame), frame) for frame in frames]
