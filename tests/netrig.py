@@ -35,7 +35,7 @@ from neighbours import FRAME_HEADS, Answer, Answers, Payload, port_request
 from pki import self_signed
 
 from verld.codec.telnet import ComPort, Data, Telnet, escape
-from verld.testing import DaemonProc, SimProc, wait_for, write_config
+from verld.testing import DaemonProc, HarnessError, SimProc, wait_for, write_config
 
 __all__ = [
     "Answer",
@@ -114,18 +114,26 @@ class NetRig:
         self.codec = codec
         self.ports: dict[str, int] = {}
         entries = list(entries)
-        network = []
-        for entry, port in zip(entries, free_ports(len(entries)), strict=True):
-            self.ports[str(entry["name"])] = port
-            network.append({"listen": f"127.0.0.1:{port}", **entry})
         self.sim = SimProc(tmp, *sim_args, codec=codec, tcp=tcp)
         try:
-            config = write_config(
-                tmp,
-                self.sim.address if tcp else self.sim.link,
-                {**(overrides or {}), "network": network},
-            )
-            self.daemon = DaemonProc(config)
+            for attempt in range(3):
+                # a port free when picked may be an outgoing connection's by the time verld
+                # binds it (the ephemeral range is shared): then pick others
+                network = []
+                for entry, port in zip(entries, free_ports(len(entries)), strict=True):
+                    self.ports[str(entry["name"])] = port
+                    network.append({"listen": f"127.0.0.1:{port}", **entry})
+                config = write_config(
+                    tmp,
+                    self.sim.address if tcp else self.sim.link,
+                    {**(overrides or {}), "network": network},
+                )
+                try:
+                    self.daemon = DaemonProc(config)
+                    break
+                except HarnessError as exc:
+                    if attempt == 2 or "Address already in use" not in str(exc):
+                        raise
         except BaseException:
             self.sim.stop()
             raise
