@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,8 @@ import pytest
 from verld import cmdline
 from verld import daemon as daemon_module
 from verld.codec import registry
-from verld.codec.base import Bounded, Inbound, Kind, PortRequest
-from verld.codec.spec import CodecSpec, Settings
+from verld.codec.base import PortRequest
+from verld.codec.spec import CodecSpec
 from verld.config import Config, parse_config
 from verld.ctl import render
 from verld.fronts import base as base_module
@@ -171,139 +172,17 @@ def test_a_front_added_as_the_recipe_says_serves_and_shows_everywhere(
     assert not (tmp_path / "hex.sock").exists()  # closed with the daemon
 
 
-# --- a throwaway codec: kind, length, body, xor of the body ------------------------------
-REQ, REP, EVT = 0xA5, 0xA6, 0xA7
-
-
-def tag8(kind: int, body: bytes) -> bytes:
-    """One frame of the throwaway codec."""
-    check = 0
-    for byte in body:
-        check ^= byte
-    return bytes((kind, len(body))) + body + bytes((check,))
-
-
-class Tag8Reader:
-    """The frames of `kinds` in a byte stream; anything else is noise, skipped a byte at
-    a time and counted."""
-
-    def __init__(self, kinds: set[int]) -> None:
-        self.kinds, self.buf, self.bad_frames = kinds, bytearray(), 0
-
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        self.buf += data
-        frames = []
-        while len(self.buf) >= 2:
-            size = self.buf[1]
-            if self.buf[0] not in self.kinds:
-                del self.buf[0]
-                self.bad_frames += 1
-                continue
-            if len(self.buf) < size + 3:
-                break
-            body = bytes(self.buf[2 : 2 + size])
-            if tag8(self.buf[0], body)[-1] != self.buf[2 + size]:
-                del self.buf[0]
-                self.bad_frames += 1
-                continue
-            frames.append((self.buf[0], body))
-            del self.buf[: size + 3]
-        return frames
-
-    def reset(self) -> None:
-        self.buf.clear()
-
-
-class Tag8Host:
-    """The host side (a `LinkCodec`): one call at a time, replies carry a status."""
-
-    pipelined = False
-
-    def __init__(self) -> None:
-        self.reader, self.bad_frames = Tag8Reader({REP, EVT}), 0
-        self.desync: str | None = None
-
-    def encode_request(self, seq: int, payload: bytes) -> bytes:
-        return tag8(REQ, payload)
-
-    def feed(self, data: bytes, awaiting_reply: bool) -> list[Inbound]:
-        out = []
-        for kind, body in self.reader.feed(data):
-            if kind == REP and body:
-                out.append(Inbound(Kind.REPLY, None, body[0], body[1:]))
-            else:
-                out.append(Inbound(Kind.EVENT, None, None, body))
-        self.bad_frames = self.reader.bad_frames
-        return out
-
-    def reset(self) -> None:
-        self.reader.reset()
-        self.desync = None
-
-
-class Tag8Port(Bounded):
-    """The device side for a program on a port (a `PortFraming`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reader = Tag8Reader({REQ})
-
-    def feed(self, data: bytes) -> list[PortRequest]:
-        requests = [PortRequest(None, body) for _, body in self.reader.feed(data)]
-        self.bad_frames = self.reader.bad_frames
-        return requests
-
-    def reply(self, tag: int | None, status: int | None, data: bytes, text: str | None) -> bytes:
-        return b"" if status is None else tag8(REP, bytes((status,)) + data)
-
-    def event(self, data: bytes, text: str | None) -> bytes:
-        return tag8(EVT, data)
-
-    def reset(self) -> None:
-        self.reader.reset()
-        self.discarding = False
-
-
-class Tag8Commands:
-    """A device's own side (a `CommandFraming`): what the simulator runs its commands
-    over."""
-
-    oversize = 0
-
-    def __init__(self, max_payload: int) -> None:
-        self.reader = Tag8Reader({REQ})
-
-    @property
-    def bad_frames(self) -> int:
-        return self.reader.bad_frames
-
-    def feed(self, data: bytes) -> list[PortRequest]:
-        return [PortRequest(None, body) for _, body in self.reader.feed(data)]
-
-    def reply(self, tag: int | None, status: int, data: bytes) -> bytes:
-        return tag8(REP, bytes((status,)) + data)
-
-    def event(self, data: bytes) -> bytes:
-        return tag8(EVT, data)
-
-    def damageable(self, chunk: bytes) -> list[int]:
-        return list(range(2, len(chunk) - 1))
-
-    def reset(self) -> None:
-        self.reader.reset()
-
-
-def _tag8_ping(cfg: Settings) -> bytes:
-    return bytes.fromhex(cfg.heartbeat.payload)
-
-
-TAG8 = CodecSpec(
-    "tag8",
-    host=lambda cfg: Tag8Host(),
-    device=lambda cfg: Tag8Port(),
-    device_ping=_tag8_ping,
-    commands=Tag8Commands,
-)
+# --- a throwaway codec: the `tag8` plugin's module, registered as a built-in ------------
+# (tests/plugins/verld-tag8: kind, length, body, xor of the body; all three sides). The
+# plugin tests install it as a package; here its module is added the built-in way.
+_TAG8_FILE = Path(__file__).parent / "plugins" / "verld-tag8" / "verld_tag8.py"
+_found = importlib.util.spec_from_file_location("recipe_tag8", _TAG8_FILE)
+assert _found is not None and _found.loader is not None
+tag8_module = importlib.util.module_from_spec(_found)
+_found.loader.exec_module(tag8_module)
+TAG8: CodecSpec = tag8_module.TAG8
+REQ, REP = tag8_module.REQUEST, tag8_module.REPLY
+tag8 = tag8_module.frame
 
 
 class Program:
@@ -331,7 +210,7 @@ def test_a_codec_added_as_the_recipe_says_runs_on_every_side(
         "heartbeat: {interval: 0}\napi: {socket: /tmp/verld.sock}\n"
     )
     sim = make_personality("tag8", 64)  # the simulator's device, over TAG8.commands
-    host = Tag8Host()
+    host = TAG8.host(cfg)
 
     def device(request: PortRequest) -> tuple[int, bytes]:
         """The sim answers what the session wrote; its framing read by the host side."""
