@@ -1,8 +1,5 @@
 """docs/bench.png (the api family): latency percentiles per path, verld versus clients.
 
-The paths direct, socat and verld (the verl codec); the other codecs' paths are in the
-tables only.
-
 matplotlib is the optional `bench` extra (`pip install '.[bench]'`); without it
 the plot is skipped with a message and the rest of the run is unaffected.
 """
@@ -32,7 +29,7 @@ def plot(result: dict[str, Any], out: Path) -> str | None:
         return "matplotlib is not installed (pip install '.[bench]'): plot skipped"
     api = result["families"]["api"]
     rounds: list[dict[str, Any]] = api["phases"]["rounds"]
-    paths = [p for p in api["paths"]["rounds"] if p in _COLOURS]  # (not the other codecs')
+    paths: list[str] = api["paths"]["rounds"]
     fig, (lat, scale, thr) = plt.subplots(1, 3, figsize=(16, 5), constrained_layout=True)
 
     xs = [q for _, q in _PERCENTILES]

@@ -3,15 +3,15 @@
 Paths: `direct` (the generator opens the pty and speaks verl frames), `socat` (a C
 byte relay from a Unix socket to the pty; a fresh one per workload: it serves one
 client, then exits) and `verld` (window 8; a second daemon with window 32 for
-`p16x8_w32`). Beside them, verld's API on other codecs, each on a sim of its own
-(started when first used) speaking that codec: `frame-seq` (codec `frame`, the
-declaration of configs/frame.yaml: pipelined by its seq field, window 8), against
-`verld` on CPU per call under the checker's load; `frame-match` (codec `frame`,
-tools/benchlib/frame-match.yaml: no seq, a call at a time, replies known by their
-match bytes) against `length` (the reference transport's codec, a call at a time
-too), lock-step. Phases: the interleaved `rounds`; `paced` (the sim's writes paced to
+`p16x8_w32`). Phases: the interleaved `rounds`; `paced` (the sim's writes paced to
 `--baud`: how busy the device→host line is with one lock-step client and with 8);
-`idle` (a fresh verld, no client, a 1 s heartbeat, for `--idle-seconds`).
+`idle` (a fresh verld, no client, a 1 s heartbeat, for `--idle-seconds`); `codecs`
+(verld's API on other codecs, in rounds of their own, each path with a sim of its own,
+started when first used, speaking its codec: `verld` on verl; `frame-seq`, codec `frame`
+with configs/frame.yaml's declaration, pipelined by its seq field, window 8, against
+`verld` on CPU per call under the checker's load; `frame-match`, codec `frame` with
+tools/benchlib/frame-match.yaml's, no seq, a call at a time, replies known by their
+match bytes, against `length`, the reference transport's codec, lock-step).
 
 Workloads: `lat32`/`lat1k` (one lock-step client), `inflight8` (one link user with 8
 in flight), `c16`/`c64` (lock-step clients), `p16x8_w8` (16 clients × 8 in flight in
@@ -58,7 +58,6 @@ INFLIGHT8, C8, C16, C64 = (
 )
 P16X8, CHECK = Echo("p16x8_w8", 16, 8), Echo("check16x8", 16, 8, procs=2)
 REPLY_BYTES = len(encode_frame(0x12, 1, bytes(1 + LAT32.size)))  #: one 32-byte echo reply
-FRAME_PATHS = ("frame-seq", "frame-match", "length")
 
 
 @dataclass(frozen=True)
@@ -107,20 +106,10 @@ FIGURES = (
     F("calls_check", "calls/s, the checker's load ³", 0, "check16x8.rate"),
     F("cpu_us_c1", "bridge CPU µs/call, 1 lock-step client", 1, "lat32.bridge_cpu_us_per_call"),
     F(
-        "cpu_us_c1_sched",
-        "bridge CPU µs/call (schedstat), 1 lock-step client",
-        1,
-        "lat32.bridge_cpu_us_per_call_sched",
-    ),
-    F(
         "cpu_us_pipelined",
         "bridge CPU µs/call, pipelined ¹",
         1,
-        {
-            "socat": "inflight8.bridge_cpu_us_per_call",
-            "verld": "p16x8_w8.bridge_cpu_us_per_call",
-            "frame-seq": "p16x8_w8.bridge_cpu_us_per_call",
-        },
+        {"socat": "inflight8.bridge_cpu_us_per_call", "verld": "p16x8_w8.bridge_cpu_us_per_call"},
     ),
     F(
         "cpu_us_check",
@@ -129,7 +118,7 @@ FIGURES = (
         "check16x8.bridge_cpu_us_per_call_sched",
     ),
     F("rss_mib_c64", "bridge RSS with 64 clients (MiB)", 1, "c64.rss_kb", ("verld",), 1 / 1024),
-    F("ready_s", "start → READY=1 (s)", 3, "ready_s", ("verld", *FRAME_PATHS)),
+    F("ready_s", "start → READY=1 (s)", 3, "ready_s", ("verld",)),
     F("idle_cpu_percent", "idle CPU, % of a core (1 s heartbeat)", 4, "idle:idle.cpu_percent"),
     F(
         "paced_util_c1",
@@ -142,6 +131,20 @@ FIGURES = (
         "wire busy when paced, 8 clients (%) ²",
         1,
         {"direct": "paced:inflight8.utilisation_percent", "verld": "paced:c8.utilisation_percent"},
+    ),
+    F("codecs_p50_us", "codecs ⁴: lock-step 32 B echo, p50 (µs)", 1, "codecs:lat32.latency_us.p50"),
+    F(
+        "codecs_cpu_us_c1",
+        "codecs ⁴: verld CPU µs/call (schedstat), 1 lock-step client",
+        1,
+        "codecs:lat32.bridge_cpu_us_per_call_sched",
+    ),
+    F("codecs_calls_check", "codecs ⁴: calls/s, the checker's load ³", 0, "codecs:check16x8.rate"),
+    F(
+        "codecs_cpu_us_check",
+        "codecs ⁴: verld CPU µs/call (schedstat), the checker's load ³",
+        1,
+        "codecs:check16x8.bridge_cpu_us_per_call_sched",
     ),
 )
 P50, RATE8 = "direct.lat32.latency_us.p50", "direct.inflight8.rate"
@@ -176,8 +179,8 @@ FRAME_CPU = Target(
     1.2,
     "×",
     ratio(
-        "frame-seq.check16x8.bridge_cpu_us_per_call_sched",
-        "verld.check16x8.bridge_cpu_us_per_call_sched",
+        "codecs:frame-seq.check16x8.bridge_cpu_us_per_call_sched",
+        "codecs:verld.check16x8.bridge_cpu_us_per_call_sched",
     ),
 )
 FRAME_LOCK = Target(
@@ -187,8 +190,8 @@ FRAME_LOCK = Target(
     1.1,
     "×",
     ratio(
-        "frame-match.lat32.bridge_cpu_us_per_call_sched",
-        "length.lat32.bridge_cpu_us_per_call_sched",
+        "codecs:frame-match.lat32.bridge_cpu_us_per_call_sched",
+        "codecs:length.lat32.bridge_cpu_us_per_call_sched",
     ),
 )
 TARGETS = (
@@ -248,12 +251,15 @@ TARGETS = (
     FRAME_CPU,
     FRAME_LOCK,
     Target(
-        "frame-seq / verld CPU per call, 16×8 window 8",
+        "frame-seq / verld CPU per call (schedstat), lock-step 32 B",
         "info",
         "<=",
         1.2,
         "×",
-        ratio("frame-seq.p16x8_w8.bridge_cpu_us_per_call", "verld.p16x8_w8.bridge_cpu_us_per_call"),
+        ratio(
+            "codecs:frame-seq.lat32.bridge_cpu_us_per_call_sched",
+            "codecs:verld.lat32.bridge_cpu_us_per_call_sched",
+        ),
     ),
     Target(
         "frame-match p50 / length p50, lock-step 32 B",
@@ -261,15 +267,15 @@ TARGETS = (
         "<=",
         1.1,
         "×",
-        ratio("frame-match.lat32.latency_us.p50", "length.lat32.latency_us.p50"),
+        ratio("codecs:frame-match.lat32.latency_us.p50", "codecs:length.lat32.latency_us.p50"),
     ),
     Target(
-        "frame-seq p50 / verld p50, lock-step 32 B",
+        "frame-seq p50 / verld p50, lock-step 32 B (codecs ⁴)",
         "info",
         "<=",
         1.2,
         "×",
-        ratio("frame-seq.lat32.latency_us.p50", "verld.lat32.latency_us.p50"),
+        ratio("codecs:frame-seq.lat32.latency_us.p50", "codecs:verld.lat32.latency_us.p50"),
     ),
 )
 
@@ -279,11 +285,14 @@ class Api(Family):
     figures, targets = FIGURES, TARGETS
     ab_targets = (LOCK, CHECK_RATIO, CHECK_CPU)
     footnotes = (
-        "¹ verld, frame-seq: 16 clients × 8 in flight, window 8; socat: one client with 8 "
-        "in flight.",
+        "¹ verld: 16 clients × 8 in flight, window 8; socat: one client with 8 in flight.",
         "² device→host bytes incl. COBS framing per second / (baud/10); direct: 8 in flight.",
         "³ the checker's load: 16 clients × 8 in flight in 2 generator processes of 8 "
         "clients, window 8; CPU from /proc/PID/task/*/schedstat over the common window.",
+        "⁴ the codecs phase, rounds of their own: verld on verl (verld), on frame with a seq "
+        "field (frame-seq: configs/frame.yaml, window 8) and without (frame-match: "
+        "tools/benchlib/frame-match.yaml), and on length, each path with a sim speaking its "
+        "codec.",
     )
 
     def setup(self, run: Run) -> None:
@@ -383,9 +392,6 @@ class Api(Family):
                         "socat", (Leg(self.socat, (LAT32, LAT1K, INFLIGHT8), fresh=True),), "socat"
                     ),
                     verld,
-                    Path(FRAME_SEQ.name, (Leg(self.framed(FRAME_SEQ), (LAT32, P16X8, CHECK)),)),
-                    Path(FRAME_MATCH.name, (Leg(self.framed(FRAME_MATCH), (LAT32,)),)),
-                    Path("length", (Leg(self.length, (LAT32,)),)),
                 ),
             )
         ]
@@ -405,6 +411,17 @@ class Api(Family):
             )
         if getattr(run.options, "idle_seconds", 0):
             out.append(Phase("idle", (Path("verld", run=self.idle),), rounds=1))
+        out.append(
+            Phase(
+                "codecs",
+                (
+                    Path("verld", (Leg(self.verld(8), (LAT32, CHECK)),)),
+                    Path(FRAME_SEQ.name, (Leg(self.framed(FRAME_SEQ), (LAT32, CHECK)),)),
+                    Path(FRAME_MATCH.name, (Leg(self.framed(FRAME_MATCH), (LAT32,)),)),
+                    Path("length", (Leg(self.length, (LAT32,)),)),
+                ),
+            )
+        )
         return out
 
     def ab_phase(self, checkouts: dict[str, FsPath]) -> Phase:
