@@ -13,6 +13,7 @@ with `status`, 0xFF when its header byte there is not one of `ok`.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 from verld.codec.base import Inbound, Kind
@@ -33,6 +34,8 @@ class Screen:
         #: an event's header offset and values, or None: no events
         self.event = None if event is None else (event.offset, frozenset(event.values))
         self.match = frame.match
+        #: the bytes at two or more `match` offsets, as a tuple (picked in C: per call)
+        self._pick = operator.itemgetter(*frame.match) if len(frame.match) > 1 else None
         status = frame.status
         #: the status byte's header offset and the values meaning 0x00, or None: always 0x00
         self.ok = None if status is None else (status.offset, frozenset(status.ok))
@@ -43,7 +46,9 @@ class Screen:
 
     def matched(self, data: bytes) -> bytes:
         """The bytes at the `match` offsets."""
-        return bytes(data[offset] for offset in self.match)
+        if self._pick is not None:
+            return bytes(self._pick(data))
+        return data[self.match[0] : self.match[0] + 1] if self.match else b""
 
     def status(self, data: bytes) -> int:
         ok = self.ok
@@ -124,14 +129,16 @@ class FrameCodec:
         if self.pipelined:
             return self._numbered(frames)
         screen, messages = self._screen, []
+        event, ok = screen.event, screen.ok  # (`is_event` and `status`, inlined)
         for frame in frames:
-            if screen.is_event(frame):
+            if event is not None and frame[event[0]] in event[1]:
                 messages.append(_new(Inbound, (_EVENT, None, None, frame, None)))
             elif awaiting_reply and (
                 not screen.match or screen.matched(frame) == self._expected.get(None)
             ):
                 awaiting_reply = False
-                messages.append(_new(Inbound, (_REPLY, None, screen.status(frame), frame, None)))
+                status = 0x00 if ok is None or frame[ok[0]] in ok[1] else 0xFF
+                messages.append(_new(Inbound, (_REPLY, None, status, frame, None)))
             else:
                 messages.append(_new(Inbound, (_EVENT, None, None, frame, None)))
         return messages
