@@ -15,8 +15,9 @@ refin unlike refout; fastcrc is faster but knows 76 named CRCs of 8, 16, 32 and 
 bits only, under its own names, and no parameters. Measured on a 32-byte frame
 (timeit, best of 5 × 200000, this project's 2-core machine under load): anycrc
 CRC-16/MODBUS 0.22 µs, CRC-32/ISO-HDLC 0.23 µs; `PyCrc` 1.3 µs and 2.0 µs (zlib.crc32
-0.08 µs); a whole STX frame of 32 data bytes costs `FrameCodec.encode_request` 1.3 µs
-and `feed` 2.7 µs with anycrc, 2.4 µs and 3.9 µs with `PyCrc`.
+0.08 µs); a whole STX frame of 32 data bytes costs `FrameCodec.encode_request` 0.7 µs
+and `feed` 2.1 µs with anycrc, 1.8 µs and 3.2 µs with `PyCrc` (1.3 and 2.7, 2.3 and
+3.8 before the per-call work of docs/benchmarks.md, "What made the frame codec cheaper").
 
 The sums: `sum8` (the bytes' sum mod 256), `sum8-inv` (its complement, 255 - sum:
 Dynamixel Protocol 1.0), `xor8` (the bytes XORed), `fletcher8` (two bytes, A then B:
