@@ -45,7 +45,11 @@ NUMBERS = {
             "ready_s",
             "idle_cpu_percent",
             "paced_util_c1",
+            "codecs_cpu_us_check",
         ),
+        "frame-seq": ("codecs_p50_us", "codecs_cpu_us_c1", "codecs_cpu_us_check"),
+        "frame-match": ("codecs_p50_us", "codecs_cpu_us_c1"),
+        "length": ("codecs_p50_us", "codecs_cpu_us_c1"),
     },
     "ports": {
         "direct": ("lat32_p50_us", "lat32_p99_us", "calls_c1", "py_p50_us", "py_p99_us"),
@@ -440,3 +444,43 @@ def test_hotpath_counts_the_call_path_of_this_checkout() -> None:
     row = proc.stdout.strip().splitlines()[-1].split()
     us, bytecodes, py_calls = (float(x) for x in row[-3:])
     assert us > 0 and bytecodes > 100 and py_calls > 5
+
+
+@pytest.mark.timeout(60)
+def test_hotpath_runs_the_codec_a_config_declares() -> None:
+    """tools/hotpath --config configs/frame.yaml runs the call path on the frame codec."""
+    command = [sys.executable, str(REPO / "tools" / "hotpath"), "--calls", "800", "--repeat", "1"]
+    runs = [
+        subprocess.run(
+            command + extra, capture_output=True, text=True, timeout=50, check=False, cwd=REPO
+        )
+        for extra in ([], ["--config", "configs/frame.yaml"])
+    ]
+    assert all(proc.returncode == 0 for proc in runs), [proc.stderr for proc in runs]
+    verl, frame = (proc.stdout.strip().splitlines()[-1].split() for proc in runs)
+    assert float(frame[-2]) > 100 and float(frame[-2]) != float(verl[-2])  # (its own bytecodes)
+
+
+def test_api_echo_checks_a_frame_header_but_for_verlds_seq() -> None:
+    """An echo through a frame codec's API passes with any seq, fails with a wrong header byte."""
+    import base64
+
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        from benchlib.meter import ApiEcho, Spec
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    echo = ApiEcho(Spec("api", "", 1, 1, 4, head="00 00 01", reply_head="04 ?? 01"))
+    assert echo.request == b"\x00\x00\x01\x01"
+    expected = echo.expected(b"abcd")
+
+    def body(data: bytes) -> bytes:
+        return b'{"id":7,"ok":true,"status":0,"data":"%s"}' % base64.b64encode(data)
+
+    for seq in (0x00, 0x5A, 0xFF):
+        good = body(bytes((4, seq, 1)) + b"abcd")
+        assert echo.ok_at(good, 8, expected)
+        assert echo.reply_ok(json.loads(good), expected)
+    for wrong in (b"\x05\x00\x01abcd", b"\x04\x00\x02abcd", b"\x04\x00\x01abce"):
+        assert not echo.ok_at(body(wrong), 8, expected)
+        assert not echo.reply_ok(json.loads(body(wrong)), expected)

@@ -68,7 +68,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         action="append",
         metavar="NAME",
         help="run only this phase of the family "
-        "(repeatable; --quick runs the api family's rounds beside its paced and idle phases)",
+        "(repeatable; --quick runs the api family's rounds beside its other phases)",
     )
     add("--idle-seconds", type=float, help="idle CPU window (default 30; --quick: 0.3)")
     add("--baud", type=int, default=115200, help="the paced rounds' rate (0 skips them)")
@@ -246,7 +246,7 @@ def _side_by_side(
     """--quick: each family in a child of its own, at once; their JSON merged."""
     children = []
     for name in names:  # the api family, the longest, as two children: rounds | the rest
-        for part in (["rounds"], ["paced", "idle"]) if name == "api" else [[]]:
+        for part in (["rounds"], ["paced", "idle", "codecs"]) if name == "api" else [[]]:
             tag = "-".join([name, *part])
             out = tmp / f"{tag}.json"
             cmd = [

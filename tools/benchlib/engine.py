@@ -73,6 +73,9 @@ class Bridge:
     ready_s: float | None = None
     times: dict[str, float | None] = field(default_factory=dict)  #: kept as ready_s is
     extra: dict[str, Any] = field(default_factory=dict)
+    #: verld on a `frame` codec: the frame's header around an API echo of N bytes, as
+    #: (request header, reply header) for `meter.Spec`'s `head` and `reply_head`
+    heads: Callable[[int], tuple[str, str]] | None = None
 
 
 class Load:
@@ -101,6 +104,7 @@ class Echo(Load):
     def gens(self, run: Run, bridge: Bridge) -> list[tuple[str, str, str]]:
         each = self.clients // self.procs
         targets = self.targets or (bridge.target,) * self.procs
+        head, reply_head = bridge.heads(self.size) if bridge.heads else ("", "")
         return [
             (
                 "verl",
@@ -112,6 +116,8 @@ class Echo(Load):
                     self.size,
                     seed=run.seed(),
                     client_base=n * each,
+                    head=head,
+                    reply_head=reply_head,
                 ).to_json(),
                 "",
             )

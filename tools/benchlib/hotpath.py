@@ -1,15 +1,17 @@
 """`tools/hotpath`: the API call path's own cost, in one process, per call; A/B across checkouts.
 
-    tools/hotpath [CHECKOUT ...] [--calls N] [--repeat N]
+    tools/hotpath [CHECKOUT ...] [--calls N] [--repeat N] [--config FILE]
 
 The daemon's CPU per call under load (`tools/bench-ab`) is the figure that counts,
 but on a shared 2-CPU machine it moves by 10-20 % from run to run. This measures
 the Python work of one call alone, where nothing moves it: verld's `ApiServer` over
 a real `Core` (the session rig, `verld.testing.session.SessionRig(core=True)`), 16
 connections whose transports only count writes, and the device's replies framed by
-the codec's own device side (`verl`, window 8). The load is the checker's shape: 16
-clients with 8 calls each outstanding, the device answering the window in one read,
-each answered client sending its next call at once. No syscall, no event loop.
+the codec's own device side (`verl`, window 8; `--config FILE`: the codec of that
+config's `device.codec` and `device.frame`, e.g. configs/frame.yaml). The load is the
+checker's shape: 16 clients with 8 calls each outstanding, the device answering the
+window in one read, each answered client sending its next call at once. No syscall,
+no event loop.
 
 For each checkout (a directory holding a `verld` package with `verld.testing.session`;
 default: this one) it runs a child process that prints:
@@ -29,19 +31,23 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 TOOLS = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
 import base64, collections, cProfile, json, logging, pstats, struct, sys, time
 sys.path.insert(0, sys.argv[1])
-import structlog
+import structlog, yaml
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 from verld.testing.session import SessionRig
 from verld.fronts.api.server import ApiServer
 from verld.fronts.api.conn import ClientConn
 N, REPEAT = int(sys.argv[2]), int(sys.argv[3])
-CFG = "device: {port: /dev/fake, window: 8, timeout: 10, retry: 0}\napi: {socket: /tmp/x.sock}\n"
+DEVICE = {"port": "/dev/fake", "window": 8, "timeout": 10, "retry": 0, **json.loads(sys.argv[4])}
+CFG = yaml.safe_dump({"device": DEVICE, "api": {"socket": "/tmp/x.sock"}})
 ANSWERED = []
 
 class Transport:  # a connection's far end: counts writes; the client answers at once
@@ -141,10 +147,21 @@ sys.exit(0 if counters.calls == counters.calls_ok else 1)
 """
 
 
-def measure(checkout: Path, calls: int, repeat: int) -> dict[str, float]:
+def device_of(config: Path | None) -> dict[str, Any]:
+    """The codec a config file chooses: its `device.codec` and `device.frame` ({}: verl)."""
+    if config is None:
+        return {}
+    device = (yaml.safe_load(config.read_text()) or {}).get("device") or {}
+    return {key: device[key] for key in ("codec", "frame") if key in device}
+
+
+def measure(
+    checkout: Path, calls: int, repeat: int, device: dict[str, Any] | None = None
+) -> dict[str, float]:
     """One checkout's figures (SystemExit with the child's error when it fails)."""
+    codec = json.dumps(device or {})
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(checkout), str(calls), str(repeat)],
+        [sys.executable, "-c", CHILD, str(checkout), str(calls), str(repeat), codec],
         capture_output=True,
         text=True,
         check=False,
@@ -165,10 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkouts", type=Path, nargs="*", default=[TOOLS.parent])
     parser.add_argument("--calls", type=int, default=8000, help="calls per timed run")
     parser.add_argument("--repeat", type=int, default=12, help="timed runs (the best counts)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="the codec of this config's device.codec and device.frame (default: verl)",
+    )
     args = parser.parse_args(argv)
+    device = device_of(args.config)
     print(f"{'checkout':40s} {'us/call':>8s} {'bytecodes/call':>15s} {'py-calls/call':>14s}")
     for checkout in args.checkouts:
-        f = measure(checkout.resolve(), args.calls, args.repeat)
+        f = measure(checkout.resolve(), args.calls, args.repeat, device)
         print(
             f"{checkout!s:40s} {f['us_per_call']:8.2f} {f['bytecodes_per_call']:15.0f} "
             f"{f['py_calls_per_call']:14.1f}"

@@ -38,11 +38,10 @@ from typing import Any
 
 import serial
 
-from benchlib.meter import Meter, Payloads, Spec
+from benchlib.meter import ECHO, ApiEcho, Meter, Payloads, Spec
 from verld.codec.verl import FrameDecoder, encode_frame
 
 _REQUEST, _REPLY = 0x11, 0x12
-_ECHO = b"\x01"  #: verld-sim's echo command
 _GIVE_UP = 50  #: errors after which a client stops (the run has failed anyway)
 
 
@@ -83,11 +82,6 @@ def connect(kind: str, target: str) -> socket.socket:
     sock = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
-
-
-def api_echo_ok(msg: dict[str, Any], expected: bytes) -> bool:
-    """A parsed API reply is the successful echo of `expected` (base64 of the data)."""
-    return msg.get("ok") is True and msg.get("status") == 0 and msg.get("data") == expected.decode()
 
 
 class NoReply(Exception):
@@ -165,7 +159,7 @@ def _verl_calls(
     def one(meter: Meter) -> None:
         seq = state["seq"] = (state["seq"] + 1) & 0xFFFF
         data = payloads.next()
-        frame = encode_frame(_REQUEST, seq, _ECHO + data)
+        frame = encode_frame(_REQUEST, seq, ECHO + data)
         meter.sent += 1
         sent = time.monotonic_ns()
         write(frame)
@@ -190,13 +184,17 @@ def _api_calls(
 ) -> Callable[[Meter], None]:
     """One checked verld API echo per call of the returned function."""
     payloads = Payloads(0, spec.size, rng)
+    echo = ApiEcho(spec)
     state: dict[str, Any] = {"id": 0, "buf": b""}
 
     def one(meter: Meter) -> None:
         call_id = state["id"] = state["id"] + 1
         data = payloads.next()
-        body = b'{"op":"call","id":%d,"data":"%s"}' % (call_id, base64.b64encode(_ECHO + data))
-        expected = base64.b64encode(data)
+        body = b'{"op":"call","id":%d,"data":"%s"}' % (
+            call_id,
+            base64.b64encode(echo.request + data),
+        )
+        expected = echo.expected(data)
         meter.sent += 1
         sent = time.monotonic_ns()
         write(len(body).to_bytes(4, "big") + body)
@@ -209,7 +207,8 @@ def _api_calls(
             buf += read()
         now = time.monotonic_ns()
         reply, state["buf"] = buf[4 : 4 + size], buf[4 + size :]
-        if reply.startswith(b'{"id":%d,"ok":true,"status":0,"data":"%s"' % (call_id, expected)):
+        head = b'{"id":%d,' % call_id
+        if reply.startswith(head) and echo.ok_at(reply, len(head), expected):
             meter.good(now - sent, now)
             return
         meter.answered += 1
@@ -218,7 +217,9 @@ def _api_calls(
         except ValueError:
             meter.error(f"unreadable reply {reply[:80]!r}")
             return
-        if not (isinstance(msg, dict) and msg.get("id") == call_id and api_echo_ok(msg, expected)):
+        if not (
+            isinstance(msg, dict) and msg.get("id") == call_id and echo.reply_ok(msg, expected)
+        ):
             meter.error(f"id {call_id}: {json.dumps(msg)[:100]}")
             return
         meter.answered -= 1

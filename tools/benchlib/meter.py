@@ -8,6 +8,8 @@ before T0 are the warm-up, and none starts after T1.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import random
 import struct
@@ -33,6 +35,10 @@ class Spec:
     max_payload: int = 4096
     seed: int = 1
     client_base: int = 0  #: the first client number (unique payloads over processes)
+    #: API calls through a `frame` codec: the frame's header before the echo command (hex),
+    #: and the reply's header as expected, "??" for a byte only verld knows (its seq)
+    head: str = ""
+    reply_head: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -40,6 +46,70 @@ class Spec:
     @classmethod
     def from_json(cls, text: str) -> Spec:
         return cls(**json.loads(text))
+
+
+ECHO = b"\x01"  #: verld-sim's echo command
+_OK_DATA = b'"ok":true,"status":0,"data":"'
+
+
+class ApiEcho:
+    """What an echo through verld's API carries, and what its reply must hold.
+
+    A call's data is the echo command and the bytes to echo; through a `frame` codec the
+    frame's header comes first (verld writes its length and seq fields), and the reply's
+    data is the reply frame's header, then the echoed bytes. The reply's header is given
+    in whole base64 groups (3 bytes each), so its base64 text is the header's, then the
+    echo's: checked as one string when every header byte is known, else the header's
+    characters decoded apart and compared but for the bytes only verld knows (`??`).
+    """
+
+    def __init__(self, spec: Spec) -> None:
+        words = spec.reply_head.split()
+        if len(words) % 3:
+            raise ValueError(f"reply head {spec.reply_head!r}: not whole 3-byte groups")
+        self.request = bytes.fromhex(spec.head) + ECHO  #: what a call's data starts with
+        self._reply = bytes(0 if w == "??" else int(w, 16) for w in words)
+        self._unknown = tuple(n for n, w in enumerate(words) if w == "??")
+        self._chars = len(words) // 3 * 4
+        self._head = base64.b64encode(self._reply)
+
+    def expected(self, data: bytes) -> bytes:
+        """The reply's `data` text for an echo of `data` (unknown header bytes as zeros)."""
+        return self._head + base64.b64encode(data)
+
+    def ok_at(self, body: bytes, at: int, expected: bytes) -> bool:
+        """`body[at:]` starts with `"ok":true,"status":0,"data":"` and the `expected` text
+        (a reply laid out as verld writes it; `reply_ok` reads any other)."""
+        if not body.startswith(_OK_DATA, at):
+            return False
+        at += len(_OK_DATA)
+        if not self._unknown:
+            return body.startswith(expected, at)
+        chars = self._chars
+        return body.startswith(expected[chars:], at + chars) and self._head_ok(
+            body[at : at + chars]
+        )
+
+    def reply_ok(self, msg: dict[str, Any], expected: bytes) -> bool:
+        """A parsed API reply is the successful echo `expected` stands for."""
+        data = msg.get("data")
+        if not (msg.get("ok") is True and msg.get("status") == 0 and isinstance(data, str)):
+            return False
+        text, chars = data.encode(), self._chars
+        if not self._unknown:
+            return text == expected
+        return text[chars:] == expected[chars:] and self._head_ok(text[:chars])
+
+    def _head_ok(self, text: bytes) -> bool:
+        try:
+            head = bytearray(base64.b64decode(text, validate=True))
+        except binascii.Error:
+            return False
+        if len(head) != len(self._reply):
+            return False
+        for n in self._unknown:
+            head[n] = 0
+        return head == self._reply
 
 
 class Meter:

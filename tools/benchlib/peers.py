@@ -16,12 +16,10 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from benchlib.lockstep import api_echo_ok
-from benchlib.meter import Meter, Payloads, Spec
+from benchlib.meter import ECHO, ApiEcho, Meter, Payloads, Spec
 from verld.codec.verl import FrameDecoder, encode_frame
 
 _REQUEST, _REPLY = 0x11, 0x12
-_ECHO = b"\x01"  #: verld-sim's echo command
 
 
 # --- verl frames straight to the pty (direct) or over socat's socket ------------------------
@@ -61,7 +59,7 @@ class VerlPeer:
         data = self.payloads.next()
         self.pending[seq] = (time.monotonic_ns(), b"\x00" + data)
         self.meter.sent += 1
-        self.out.append(encode_frame(_REQUEST, seq, _ECHO + data))
+        self.out.append(encode_frame(_REQUEST, seq, ECHO + data))
 
     def feed(self, data: bytes) -> None:
         now = time.monotonic_ns()
@@ -181,6 +179,7 @@ class ApiPeer(asyncio.Protocol):
         self.meter = meter
         self.inflight = spec.inflight
         self.payloads = Payloads(spec.client_base + client, spec.size, rng)
+        self.echo = ApiEcho(spec)
         self.pending: dict[int, tuple[int, bytes]] = {}  #: id → (sent ns, expected base64)
         self.next_id = 0
         self.buf = bytearray()
@@ -212,8 +211,9 @@ class ApiPeer(asyncio.Protocol):
         self.next_id += 1
         call_id = self.next_id
         data = self.payloads.next()
-        body = b'{"op":"call","id":%d,"data":"%s"}' % (call_id, base64.b64encode(_ECHO + data))
-        self.pending[call_id] = (time.monotonic_ns(), base64.b64encode(data))
+        request = base64.b64encode(self.echo.request + data)
+        body = b'{"op":"call","id":%d,"data":"%s"}' % (call_id, request)
+        self.pending[call_id] = (time.monotonic_ns(), self.echo.expected(data))
         self.meter.sent += 1
         self.out.append(len(body).to_bytes(4, "big") + body)
 
@@ -238,9 +238,7 @@ class ApiPeer(asyncio.Protocol):
                 entry = self.pending.get(int(body[6:comma]))
             except ValueError:
                 entry = None
-            if entry is not None and body.startswith(
-                b',"ok":true,"status":0,"data":"%s"' % entry[1], comma
-            ):
+            if entry is not None and self.echo.ok_at(body, comma + 1, entry[1]):
                 del self.pending[int(body[6:comma])]
                 self.meter.good(now - entry[0], now)
                 self.send_next()
@@ -261,7 +259,7 @@ class ApiPeer(asyncio.Protocol):
             meter.error(f"reply for unknown id {call_id!r}")
             return
         sent, expected = entry
-        if api_echo_ok(msg, expected):
+        if self.echo.reply_ok(msg, expected):
             meter.good(now - sent, now)
         else:
             meter.answered += 1

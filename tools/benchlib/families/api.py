@@ -5,7 +5,13 @@ byte relay from a Unix socket to the pty; a fresh one per workload: it serves on
 client, then exits) and `verld` (window 8; a second daemon with window 32 for
 `p16x8_w32`). Phases: the interleaved `rounds`; `paced` (the sim's writes paced to
 `--baud`: how busy the device→host line is with one lock-step client and with 8);
-`idle` (a fresh verld, no client, a 1 s heartbeat, for `--idle-seconds`).
+`idle` (a fresh verld, no client, a 1 s heartbeat, for `--idle-seconds`); `codecs`
+(verld's API on other codecs, in rounds of their own, each path with a sim of its own,
+started when first used, speaking its codec: `verld` on verl; `frame-seq`, codec `frame`
+with configs/frame.yaml's declaration, pipelined by its seq field, window 8, against
+`verld` on CPU per call under the checker's load; `frame-match`, codec `frame` with
+tools/benchlib/frame-match.yaml's, no seq, a call at a time, replies known by their
+match bytes, against `length`, the reference transport's codec, lock-step).
 
 Workloads: `lat32`/`lat1k` (one lock-step client), `inflight8` (one link user with 8
 in flight), `c16`/`c64` (lock-step clients), `p16x8_w8` (16 clients × 8 in flight in
@@ -19,8 +25,12 @@ checker's load, for verld from two checkouts.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Any
+
+import yaml
 
 from benchlib.engine import (
     Bridge,
@@ -48,6 +58,38 @@ INFLIGHT8, C8, C16, C64 = (
 )
 P16X8, CHECK = Echo("p16x8_w8", 16, 8), Echo("check16x8", 16, 8, procs=2)
 REPLY_BYTES = len(encode_frame(0x12, 1, bytes(1 + LAT32.size)))  #: one 32-byte echo reply
+
+
+@dataclass(frozen=True)
+class Framed:
+    """A `frame` path: the config file whose `device.frame` and `heartbeat.payload` it
+    takes, its window, and the header around an API echo of N bytes (request, reply)."""
+
+    name: str
+    config: FsPath
+    window: int
+    heads: Callable[[int], tuple[str, str]]
+
+    def declared(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = yaml.safe_load(self.config.read_text())
+        return loaded
+
+
+#: configs/frame.yaml, "STX len seq cmd data CRC ETX": the call's header is len and seq
+#: (verld writes both) and cmd 01; the reply's, the echo's length, verld's seq and cmd 01
+FRAME_SEQ = Framed(
+    "frame-seq",
+    FsPath(__file__).resolve().parents[3] / "configs" / "frame.yaml",
+    8,
+    lambda size: ("00 00 01", f"{size:02x} ?? 01"),
+)
+#: "STX len addr cmd data CRC ETX", no seq: the reply carries the request's addr and cmd
+FRAME_MATCH = Framed(
+    "frame-match",
+    FsPath(__file__).resolve().parents[1] / "frame-match.yaml",
+    1,
+    lambda size: ("00 07 01", f"{size:02x} 07 01"),
+)
 
 F = Figure
 FIGURES = (
@@ -90,6 +132,20 @@ FIGURES = (
         1,
         {"direct": "paced:inflight8.utilisation_percent", "verld": "paced:c8.utilisation_percent"},
     ),
+    F("codecs_p50_us", "codecs ⁴: lock-step 32 B echo, p50 (µs)", 1, "codecs:lat32.latency_us.p50"),
+    F(
+        "codecs_cpu_us_c1",
+        "codecs ⁴: verld CPU µs/call (schedstat), 1 lock-step client",
+        1,
+        "codecs:lat32.bridge_cpu_us_per_call_sched",
+    ),
+    F("codecs_calls_check", "codecs ⁴: calls/s, the checker's load ³", 0, "codecs:check16x8.rate"),
+    F(
+        "codecs_cpu_us_check",
+        "codecs ⁴: verld CPU µs/call (schedstat), the checker's load ³",
+        1,
+        "codecs:check16x8.bridge_cpu_us_per_call_sched",
+    ),
 )
 P50, RATE8 = "direct.lat32.latency_us.p50", "direct.inflight8.rate"
 LOCK = Target(
@@ -115,6 +171,28 @@ CHECK_CPU = Target(
     25.0,
     "µs",
     fig("verld", "cpu_us_check"),
+)
+FRAME_CPU = Target(
+    "frame-seq / verld CPU per call (schedstat), the checker's load",
+    "target",
+    "<=",
+    1.2,
+    "×",
+    ratio(
+        "codecs:frame-seq.check16x8.bridge_cpu_us_per_call_sched",
+        "codecs:verld.check16x8.bridge_cpu_us_per_call_sched",
+    ),
+)
+FRAME_LOCK = Target(
+    "frame-match / length CPU per call (schedstat), lock-step 32 B",
+    "target",
+    "<=",
+    1.1,
+    "×",
+    ratio(
+        "codecs:frame-match.lat32.bridge_cpu_us_per_call_sched",
+        "codecs:length.lat32.bridge_cpu_us_per_call_sched",
+    ),
 )
 TARGETS = (
     LOCK,
@@ -170,6 +248,35 @@ TARGETS = (
     CHECK_CPU,
     Target("verld RSS with 64 clients", "aim", "<=", 40.0, "MiB", fig("verld", "rss_mib_c64")),
     Target("verld start → READY=1", "aim", "<=", 0.5, "s", fig("verld", "ready_s")),
+    FRAME_CPU,
+    FRAME_LOCK,
+    Target(
+        "frame-seq / verld CPU per call (schedstat), lock-step 32 B",
+        "info",
+        "<=",
+        1.2,
+        "×",
+        ratio(
+            "codecs:frame-seq.lat32.bridge_cpu_us_per_call_sched",
+            "codecs:verld.lat32.bridge_cpu_us_per_call_sched",
+        ),
+    ),
+    Target(
+        "frame-match p50 / length p50, lock-step 32 B",
+        "info",
+        "<=",
+        1.1,
+        "×",
+        ratio("codecs:frame-match.lat32.latency_us.p50", "codecs:length.lat32.latency_us.p50"),
+    ),
+    Target(
+        "frame-seq p50 / verld p50, lock-step 32 B (codecs ⁴)",
+        "info",
+        "<=",
+        1.2,
+        "×",
+        ratio("codecs:frame-seq.lat32.latency_us.p50", "codecs:verld.lat32.latency_us.p50"),
+    ),
 )
 
 
@@ -182,11 +289,35 @@ class Api(Family):
         "² device→host bytes incl. COBS framing per second / (baud/10); direct: 8 in flight.",
         "³ the checker's load: 16 clients × 8 in flight in 2 generator processes of 8 "
         "clients, window 8; CPU from /proc/PID/task/*/schedstat over the common window.",
+        "⁴ the codecs phase, rounds of their own: verld on verl (verld), on frame with a seq "
+        "field (frame-seq: configs/frame.yaml, window 8) and without (frame-match: "
+        "tools/benchlib/frame-match.yaml), and on length, each path with a sim speaking its "
+        "codec.",
     )
 
     def setup(self, run: Run) -> None:
         self.sim = Sim(run.procs, run.tmp, max_payload=MAX_PAYLOAD)
         self.baud = getattr(run.options, "baud", 115200)
+        self._codec_sims: dict[str, Sim] = {}
+
+    def codec_sim(self, run: Run, name: str, codec: str, frame: dict[str, Any] | None) -> Sim:
+        """The sim of path `name`, speaking `codec` (`frame`: the declaration, for its
+        --frame file), started when first asked for."""
+        if name not in self._codec_sims:
+            extra: list[str] = []
+            if frame is not None:
+                file = run.tmp / f"{name}.frame.yaml"
+                file.write_text(yaml.safe_dump(frame))
+                extra = ["--frame", str(file)]
+            self._codec_sims[name] = Sim(
+                run.procs,
+                run.tmp,
+                max_payload=MAX_PAYLOAD,
+                codec=codec,
+                extra_args=extra,
+                name=name,
+            )
+        return self._codec_sims[name]
 
     def socat(self, run: Run) -> Bridge:
         sock = str(run.dir("socat")) + ".sock"
@@ -211,6 +342,38 @@ class Api(Family):
             )
 
         return start
+
+    def framed(self, path: Framed) -> Callable[[Run], Bridge]:
+        """verld on `path`'s frame declaration, with a sim speaking the same."""
+
+        def start(run: Run) -> Bridge:
+            declared = path.declared()
+            frame = declared["device"]["frame"]
+            sim = self.codec_sim(run, path.name, "frame", frame)
+            config = verl_config(sim.link, path.window)
+            config["device"].update(codec="frame", frame=frame)
+            config["heartbeat"]["payload"] = declared["heartbeat"]["payload"]
+            return self._bridge(run, sim, config, path.heads)
+
+        return start
+
+    def length(self, run: Run) -> Bridge:
+        """verld on the `length` codec (a call at a time), with a sim speaking it."""
+        sim = self.codec_sim(run, "length", "length", None)
+        config = verl_config(sim.link, 1)
+        config["device"]["codec"] = "length"
+        return self._bridge(run, sim, config, None)
+
+    def _bridge(
+        self,
+        run: Run,
+        sim: Sim,
+        config: dict[str, Any],
+        heads: Callable[[int], tuple[str, str]] | None,
+    ) -> Bridge:
+        d = Verld(run.procs, run.dir("verld"), config)
+        roles = {"bridge": [d.pid], "sim": [sim.pid]}
+        return Bridge("api", d.socket, roles, [d], stop=d.stop, ready_s=d.ready_s, heads=heads)
 
     def phases(self, run: Run) -> list[Phase]:
         verld = Path(
@@ -248,6 +411,17 @@ class Api(Family):
             )
         if getattr(run.options, "idle_seconds", 0):
             out.append(Phase("idle", (Path("verld", run=self.idle),), rounds=1))
+        out.append(
+            Phase(
+                "codecs",
+                (
+                    Path("verld", (Leg(self.verld(8), (LAT32, CHECK)),)),
+                    Path(FRAME_SEQ.name, (Leg(self.framed(FRAME_SEQ), (LAT32, CHECK)),)),
+                    Path(FRAME_MATCH.name, (Leg(self.framed(FRAME_MATCH), (LAT32,)),)),
+                    Path("length", (Leg(self.length, (LAT32,)),)),
+                ),
+            )
+        )
         return out
 
     def ab_phase(self, checkouts: dict[str, FsPath]) -> Phase:

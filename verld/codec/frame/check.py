@@ -15,8 +15,9 @@ refin unlike refout; fastcrc is faster but knows 76 named CRCs of 8, 16, 32 and 
 bits only, under its own names, and no parameters. Measured on a 32-byte frame
 (timeit, best of 5 × 200000, this project's 2-core machine under load): anycrc
 CRC-16/MODBUS 0.22 µs, CRC-32/ISO-HDLC 0.23 µs; `PyCrc` 1.3 µs and 2.0 µs (zlib.crc32
-0.08 µs); a whole STX frame of 32 data bytes costs `FrameCodec.encode_request` 1.3 µs
-and `feed` 2.7 µs with anycrc, 2.4 µs and 3.9 µs with `PyCrc`.
+0.08 µs); a whole STX frame of 32 data bytes costs `FrameCodec.encode_request` 0.7 µs
+and `feed` 2.1 µs with anycrc, 1.8 µs and 3.2 µs with `PyCrc` (1.3 and 2.7, 2.3 and
+3.8 before the per-call work of docs/benchmarks.md, "What made the frame codec cheaper").
 
 The sums: `sum8` (the bytes' sum mod 256), `sum8-inv` (its complement, 255 - sum:
 Dynamixel Protocol 1.0), `xor8` (the bytes XORed), `fletcher8` (two bytes, A then B:
@@ -31,6 +32,9 @@ from typing import Literal, NamedTuple
 from verld.codec.frame.catalogue import ALIASES, MODELS, Model
 
 __all__ = ["KINDS", "SUMS", "Check", "PyCrc", "canonical", "crc_function", "make_check"]
+
+#: the bytes a check covers: a frame's, or a slice of the reader's buffer
+Covered = bytes | bytearray
 
 #: the check kinds that are not CRCs
 SUMS = ("sum8", "sum8-inv", "xor8", "fletcher8")
@@ -54,7 +58,11 @@ class Check(NamedTuple):
     """One check kind, ready to use."""
 
     size: int  #: bytes on the wire
-    compute: Callable[[bytes], bytes]  #: covered bytes → the check's wire bytes
+    compute: Callable[[Covered], bytes]  #: covered bytes → the check's wire bytes
+    #: a CRC: covered bytes → its value, written in `order` (`compute` is this and
+    #: `to_bytes`; a frame's reader and writer call it directly, one call less a frame)
+    crc: Callable[[Covered], int] | None = None
+    order: Literal["little", "big"] = "big"
 
 
 def _reflect(value: int, width: int) -> int:
@@ -90,13 +98,13 @@ class PyCrc:
             crc = ((crc << 1) ^ poly) & mask if crc & top else (crc << 1) & mask
         return crc
 
-    def _calc_reflected(self, data: bytes) -> int:
+    def _calc_reflected(self, data: Covered) -> int:
         crc, table = self._init, self._table
         for byte in data:
             crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
         return self._finish(crc)
 
-    def _calc_normal(self, data: bytes) -> int:
+    def _calc_normal(self, data: Covered) -> int:
         crc, table, shift, mask = self._init, self._table, self._width - 8, self._mask
         for byte in data:
             crc = table[((crc >> shift) ^ byte) & 0xFF] ^ ((crc << 8) & mask)
@@ -108,18 +116,18 @@ class PyCrc:
         return crc ^ self._xorout
 
 
-def _native(model: Model) -> Callable[[bytes], int] | None:
+def _native(model: Model) -> Callable[[Covered], int] | None:
     """anycrc's calculator for `model`, or None where anycrc is not installed."""
     try:
         import anycrc  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
         return None
     crc = anycrc.CRC(model.width, model.poly, model.init, model.refin, model.refout, model.xorout)
-    calc: Callable[[bytes], int] = crc.calc
+    calc: Callable[[Covered], int] = crc.calc
     return calc
 
 
-def crc_function(name: str, *, native: bool = True) -> Callable[[bytes], int]:
+def crc_function(name: str, *, native: bool = True) -> Callable[[Covered], int]:
     """The CRC called `name` (a catalogue name), as an int; `native`: anycrc where it is
     installed, else (and with native=False) `PyCrc`."""
     model = MODELS[name]
@@ -137,25 +145,25 @@ def make_check(kind: str, order: str) -> Check:
     size = MODELS[name].width // 8
     calc = crc_function(name)
     byteorder: Literal["little", "big"] = "little" if order == "little" else "big"
-    return Check(size, lambda data: calc(data).to_bytes(size, byteorder))
+    return Check(size, lambda data: calc(data).to_bytes(size, byteorder), calc, byteorder)
 
 
-def _sum8(data: bytes) -> bytes:
+def _sum8(data: Covered) -> bytes:
     return bytes((sum(data) & 0xFF,))
 
 
-def _sum8_inv(data: bytes) -> bytes:
+def _sum8_inv(data: Covered) -> bytes:
     return bytes((~sum(data) & 0xFF,))
 
 
-def _xor8(data: bytes) -> bytes:
+def _xor8(data: Covered) -> bytes:
     value = 0
     for byte in data:
         value ^= byte
     return bytes((value,))
 
 
-def _fletcher8(data: bytes) -> bytes:
+def _fletcher8(data: Covered) -> bytes:
     a = b = 0
     for byte in data:
         a = (a + byte) & 0xFF
@@ -163,7 +171,7 @@ def _fletcher8(data: bytes) -> bytes:
     return bytes((a, b))
 
 
-_SUM_FUNCTIONS: dict[str, Callable[[bytes], bytes]] = {
+_SUM_FUNCTIONS: dict[str, Callable[[Covered], bytes]] = {
     "sum8": _sum8,
     "sum8-inv": _sum8_inv,
     "xor8": _xor8,

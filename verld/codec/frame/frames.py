@@ -13,9 +13,11 @@ is a bad frame: it is counted and the search resumes one byte after the failed s
 so a good frame right behind noise, or inside a false start's supposed extent, is
 found. A candidate still incomplete is kept (bounded by the largest frame) until more
 bytes come, or until `flush` says the line has been quiet for `device.guard`: then it
-is dropped the same way. With stuffing, the stream is cut at the delimiter; each
-non-empty piece is unstuffed (a bad escape is a bad frame) and must hold exactly one
-frame, found at its first `start` that makes one. The receive buffer is bounded.
+is dropped the same way (`_sized` with a length field, `_ended` without: each one
+loop, as they run for every frame a device sends). With stuffing, the stream is cut
+at the delimiter; each non-empty piece is unstuffed (a bad escape is a bad frame) and
+must hold exactly one frame, found at its first `start` that makes one. The receive
+buffer is bounded.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class FrameFormat:
         check = None if frame.check is None else make_check(frame.check.kind, frame.check.order)
         self.check_size = 0 if check is None else check.size
         self._compute = None if check is None else check.compute
+        #: a CRC's value and byte order (None: a sum, or no check): compared as numbers
+        self._crc = None if check is None else check.crc
+        self._crc_order: Order = "big" if check is None else check.order
         self._check_start = frame.check is not None and frame.check.over.startswith("start")
         self.stuffing = stuffing(frame.stuffing)
         #: start, check and end: the bytes of a frame around its data
@@ -54,10 +59,14 @@ class FrameFormat:
         length, seq = frame.length, frame.seq
         self._length = None if length is None else (length.offset, length.size)
         self._length_order = _order(length.order) if length is not None else "big"
+        #: the length field holds a frame's data size plus this (`_length_value`)
+        self._length_add = 0 if length is None else self._length_value(0)
         self._seq = None if seq is None else (seq.offset, seq.size)
         self._seq_order = _order(seq.order) if seq is not None else "big"
         #: how many numbers the seq field holds (0: no seq)
         self.seq_space = 0 if seq is None else 1 << (8 * seq.size)
+        #: the seq field: (offset, size, byte order), or None (`seq_of`, for inlining)
+        self.seq_field = None if seq is None else (seq.offset, seq.size, self._seq_order)
 
     # --- writing --------------------------------------------------------------------------
     def refuse(self, data: bytes) -> str | None:
@@ -66,25 +75,39 @@ class FrameFormat:
             return f"{len(data)} bytes, shorter than the frame's {self.header}-byte header"
         if not data and not self.overhead and self.stuffing is not None:
             return "an empty frame: the stuffing skips empty frames between delimiters"
-        if self._length is not None:
-            value = self._length_value(len(data))
-            size = self._length[1]
-            if not 0 <= value < 1 << (8 * size):
-                return f"{len(data)} bytes do not fit the frame's {size}-byte length field"
+        length = self._length
+        if length is not None and not 0 <= len(data) + self._length_add < 1 << (8 * length[1]):
+            return f"{len(data)} bytes do not fit the frame's {length[1]}-byte length field"
         return None
 
     def encode(self, data: bytes, seq: int | None = None) -> bytes:
         """The wire bytes of the frame carrying `data` (`refuse` has passed it), with
         `seq` written into the seq field when given."""
         body = bytearray(data)
-        if self._length is not None:
-            offset, size = self._length
-            value = self._length_value(len(data))
-            body[offset : offset + size] = value.to_bytes(size, self._length_order)
-        if seq is not None and self._seq is not None:
-            offset, size = self._seq
-            body[offset : offset + size] = (seq % self.seq_space).to_bytes(size, self._seq_order)
-        frame = bytes(self.start + body + self._check_of(body) + self.end)
+        length = self._length
+        if length is not None:
+            offset, size = length
+            value = len(data) + self._length_add
+            if size == 1:  # (the usual field: a byte, put as one)
+                body[offset] = value
+            else:
+                body[offset : offset + size] = value.to_bytes(size, self._length_order)
+        field = self.seq_field
+        if seq is not None and field is not None:
+            offset, size, order = field
+            seq %= self.seq_space
+            if size == 1:
+                body[offset] = seq
+            else:
+                body[offset : offset + size] = seq.to_bytes(size, order)
+        check = b""
+        if self._compute is not None:
+            covered = self.start + body if self._check_start else body
+            if self._crc is not None:  # (what `_compute` does, without its call)
+                check = self._crc(covered).to_bytes(self.check_size, self._crc_order)
+            else:
+                check = self._compute(covered)
+        frame = b"".join((self.start, body, check, self.end))
         return frame if self.stuffing is None else self.stuffing.stuff(frame)
 
     def _length_value(self, size: int) -> int:
@@ -99,22 +122,10 @@ class FrameFormat:
             counted = size + self.overhead
         return counted - length.adjust
 
-    def _check_of(self, body: bytes | bytearray) -> bytes:
-        if self._compute is None:
-            return b""
-        return self._compute(bytes(self.start + body) if self._check_start else bytes(body))
-
     # --- reading --------------------------------------------------------------------------
     def data_size(self, field: int) -> int:
         """The data bytes (header included) a frame holds, by its length field's value."""
-        length = self.frame.length
-        assert length is not None
-        counted = field + length.adjust
-        if length.counts == "payload":
-            return counted + self.header
-        if length.counts == "header+payload":
-            return counted
-        return counted - self.overhead
+        return field - self._length_add
 
     def length_field(self, header: bytes | bytearray, at: int) -> int:
         """The length field's value in the header starting at `at`."""
@@ -141,12 +152,19 @@ class FrameFormat:
         """The data of the frame at `at` in `buf` holding `size` data bytes, when its
         check and `end` are right; None: a bad frame. `buf` holds the whole frame."""
         first = at + len(self.start)
-        data = bytes(buf[first : first + size])
         cut = first + size
-        check = self.check_size
-        if buf[cut + check : cut + check + len(self.end)] != self.end:
+        check, end = self.check_size, self.end
+        if end and buf[cut + check : cut + check + len(end)] != end:
             return None
-        if check and buf[cut : cut + check] != self._check_of(data):
+        data = bytes(buf[first:cut])
+        if not check:
+            return data
+        covered = buf[at:cut] if self._check_start else data
+        crc, compute = self._crc, self._compute
+        if crc is not None:  # (`compute`'s bytes, compared as a number: one call less)
+            if crc(covered) != int.from_bytes(buf[cut : cut + check], self._crc_order):
+                return None
+        elif compute is not None and buf[cut : cut + check] != compute(covered):
             return None
         return data
 
@@ -165,6 +183,9 @@ class FrameReader:
         self._skipping = False  #: stuffed: an overlong piece is skipped to the delimiter
         stuffed = form.stuffing
         self._max_piece = 0 if stuffed is None else stuffed.max_stuffed(form.max_frame)
+        #: without stuffing: the frames completed in the buffer, by the length field or
+        #: else by `end`
+        self._scan = self._sized if form._length is not None else self._ended
 
     @property
     def partial(self) -> bool:
@@ -203,7 +224,7 @@ class FrameReader:
         self._skipping = False
 
     # --- without stuffing -----------------------------------------------------------------
-    def _scan(self) -> list[bytes]:
+    def _ended(self) -> list[bytes]:
         form, buf = self.form, self._buf
         start = form.start
         found: list[bytes] = []
@@ -232,22 +253,53 @@ class FrameReader:
             self._end_from = max(0, self._end_from - pos)
         return found
 
-    def _frame_at(self, at: int) -> tuple[bytes, int] | int | None:
-        """The frame starting at `at`: (data, where it ends), -1 for a bad frame, or
-        None while it is incomplete."""
+    def _sized(self) -> list[bytes]:
+        """The frames completed in the buffer, by their length field: one loop, its steps
+        inlined, as it runs for every frame a device sends."""
         form, buf = self.form, self._buf
-        first = at + len(form.start)
-        if len(buf) < first + form.header:
+        start, header, max_payload, verify = form.start, form.header, form.max_payload, form.verify
+        assert form._length is not None
+        offset, field = form._length
+        order, add = form._length_order, form._length_add
+        offset += len(start)  #: from a frame's start
+        least = len(start) + header  #: bytes from a start to the end of its header
+        around = len(start) + form.check_size + len(form.end)  #: a frame's bytes but data
+        found: list[bytes] = []
+        pos, held = 0, len(buf)
+        while True:
+            at = buf.find(start, pos)
+            if at < 0:  # keep what may be the beginning of a start
+                pos = max(pos, held - len(start) + 1)
+                break
+            if held < at + least:  # incomplete
+                pos = at
+                break
+            here = at + offset
+            size = (
+                buf[here] if field == 1 else int.from_bytes(buf[here : here + field], order)
+            ) - add
+            if header <= size <= max_payload:
+                end = at + around + size
+                if held < end:  # incomplete
+                    pos = at
+                    break
+                data = verify(buf, at, size)
+                if data is not None:
+                    found.append(data)
+                    pos = end
+                    continue
+            self.bad_frames += 1  # bad: resume one byte after its start
+            pos = at + 1
+        if pos:
+            del buf[:pos]
+        return found
+
+    def _frame_at(self, at: int) -> tuple[bytes, int] | int | None:
+        """The frame starting at `at`, without a length field: (data, where it ends), -1
+        for a bad frame, or None while it is incomplete."""
+        first = at + len(self.form.start)
+        if len(self._buf) < first + self.form.header:
             return None
-        if form.frame.length is not None:
-            size = form.data_size(form.length_field(buf, first))
-            if size < form.header or size > form.max_payload:
-                return -1
-            end = first + size + form.check_size + len(form.end)
-            if len(buf) < end:
-                return None
-            data = form.verify(buf, at, size)
-            return -1 if data is None else (data, end)
         return self._ended_at(at, first)
 
     def _ended_at(self, at: int, first: int) -> tuple[bytes, int] | int | None:

@@ -13,6 +13,9 @@ with `status`, 0xFF when its header byte there is not one of `ok`.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
+
 from verld.codec.base import Inbound, Kind
 from verld.codec.frame.declaration import FrameDeclaration
 from verld.codec.frame.frames import FrameFormat, FrameReader
@@ -20,6 +23,7 @@ from verld.codec.frame.frames import FrameFormat, FrameReader
 __all__ = ["FrameCodec", "Screen"]
 
 _new = tuple.__new__
+_REPLY, _EVENT = Kind.REPLY, Kind.EVENT
 
 
 class Screen:
@@ -27,22 +31,28 @@ class Screen:
 
     def __init__(self, frame: FrameDeclaration) -> None:
         event = frame.event
-        self._event = None if event is None else (event.offset, frozenset(event.values))
+        #: an event's header offset and values, or None: no events
+        self.event = None if event is None else (event.offset, frozenset(event.values))
         self.match = frame.match
+        #: the bytes at two or more `match` offsets, as a tuple (picked in C: per call)
+        self._pick = operator.itemgetter(*frame.match) if len(frame.match) > 1 else None
         status = frame.status
-        self._status = None if status is None else (status.offset, frozenset(status.ok))
+        #: the status byte's header offset and the values meaning 0x00, or None: always 0x00
+        self.ok = None if status is None else (status.offset, frozenset(status.ok))
 
     def is_event(self, data: bytes) -> bool:
-        event = self._event
+        event = self.event
         return event is not None and data[event[0]] in event[1]
 
     def matched(self, data: bytes) -> bytes:
         """The bytes at the `match` offsets."""
-        return bytes(data[offset] for offset in self.match)
+        if self._pick is not None:
+            return bytes(self._pick(data))
+        return data[self.match[0] : self.match[0] + 1] if self.match else b""
 
     def status(self, data: bytes) -> int:
-        status = self._status
-        return 0x00 if status is None or data[status[0]] in status[1] else 0xFF
+        ok = self.ok
+        return 0x00 if ok is None or data[ok[0]] in ok[1] else 0xFF
 
 
 class FrameCodec:
@@ -52,6 +62,9 @@ class FrameCodec:
         self.form = FrameFormat(frame, max_payload)
         self._reader = FrameReader(self.form)
         self._screen = Screen(frame)
+        #: why a call's data cannot be a frame (shorter than the header, too large for
+        #: the length field), or None: the format's own check, one call less per call
+        self.refuse: Callable[[bytes], str | None] = self.form.refuse
         #: with a seq field: several calls on the link, up to device.window
         self.pipelined = frame.seq is not None
         #: the numbers the seq field holds: the session's seqs wrap there (0: no seq)
@@ -69,11 +82,6 @@ class FrameCodec:
     def partial(self) -> bool:
         """Bytes of an incomplete frame are held (`flush` after a quiet guard)."""
         return self._reader.partial
-
-    def refuse(self, payload: bytes) -> str | None:
-        """Why a call's data cannot be a frame (shorter than the header, too large for
-        the length field), or None."""
-        return self.form.refuse(payload)
 
     def encode_request(self, seq: int, payload: bytes) -> bytes:
         """The frame carrying `payload` (its header and payload), `seq` in its seq field."""
@@ -99,7 +107,7 @@ class FrameCodec:
         self._awaiting = False
         for frame in self._reader.feed(data):
             if self._screen.is_event(frame):
-                events.append(_new(Inbound, (Kind.EVENT, None, None, frame, None)))
+                events.append(_new(Inbound, (_EVENT, None, None, frame, None)))
             else:
                 dropped += 1
         self.bad_frames = self._reader.bad_frames + self._mismatched
@@ -118,24 +126,44 @@ class FrameCodec:
         self._reader.reset()
 
     def _classify(self, frames: list[bytes], awaiting_reply: bool) -> list[Inbound]:
+        if self.pipelined:
+            return self._numbered(frames)
         screen, messages = self._screen, []
+        event, ok = screen.event, screen.ok  # (`is_event` and `status`, inlined)
         for frame in frames:
-            if screen.is_event(frame):
-                messages.append(_new(Inbound, (Kind.EVENT, None, None, frame, None)))
-            elif self.pipelined:
-                seq = self.form.seq_of(frame)
-                expected = self._expected.get(seq) if screen.match else None
-                if expected is not None and screen.matched(frame) != expected:
-                    self._mismatched += 1
-                    continue
-                messages.append(_new(Inbound, (Kind.REPLY, seq, screen.status(frame), frame, None)))
+            if event is not None and frame[event[0]] in event[1]:
+                messages.append(_new(Inbound, (_EVENT, None, None, frame, None)))
             elif awaiting_reply and (
                 not screen.match or screen.matched(frame) == self._expected.get(None)
             ):
                 awaiting_reply = False
-                messages.append(
-                    _new(Inbound, (Kind.REPLY, None, screen.status(frame), frame, None))
-                )
+                status = 0x00 if ok is None or frame[ok[0]] in ok[1] else 0xFF
+                messages.append(_new(Inbound, (_REPLY, None, status, frame, None)))
             else:
-                messages.append(_new(Inbound, (Kind.EVENT, None, None, frame, None)))
+                messages.append(_new(Inbound, (_EVENT, None, None, frame, None)))
+        return messages
+
+    def _numbered(self, frames: list[bytes]) -> list[Inbound]:
+        """With a seq field: each frame an event, or a reply by its number. One loop with
+        the screen's tests inlined: this runs for every reply."""
+        screen, messages = self._screen, []
+        event, ok = screen.event, screen.ok
+        seq_field = self.form.seq_field
+        assert seq_field is not None
+        offset, size, order = seq_field
+        expected = self._expected if screen.match else None
+        for frame in frames:
+            if event is not None and frame[event[0]] in event[1]:
+                messages.append(_new(Inbound, (_EVENT, None, None, frame, None)))
+                continue
+            seq = (
+                frame[offset] if size == 1 else int.from_bytes(frame[offset : offset + size], order)
+            )
+            if expected is not None:
+                want = expected.get(seq)
+                if want is not None and screen.matched(frame) != want:
+                    self._mismatched += 1
+                    continue
+            status = 0x00 if ok is None or frame[ok[0]] in ok[1] else 0xFF
+            messages.append(_new(Inbound, (_REPLY, seq, status, frame, None)))
         return messages
