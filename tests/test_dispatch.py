@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from verld import wire
 from verld.fronts.api.dispatch import Dispatcher
 from verld.fronts.api.ops import OPS
 from verld.roles import ROLE_RANK
+from verld.session.calls import Call
 from verld.testing.session import SessionRig
 
 pytestmark = pytest.mark.timeout(20)
@@ -99,6 +101,21 @@ def test_a_call_is_answered_on_its_peer_alone(api: Api) -> None:
     body = b'{"id":7,"ok":true,"status":0,"data":"aGk=","ms":%.3f,"generation":1}' % ms
     assert asker.replies == [len(body).to_bytes(4, "big") + body]
     assert (asker.ok, asker.failed, other.replies) == (1, 0, [])
+
+
+def test_an_answered_call_is_freed_without_the_garbage_collector(api: Api) -> None:
+    """A call and its answer hold no reference cycle: freed as they end, GC off."""
+    peer = MemoryPeer("asker")
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(50):
+            api.dispatcher.request(peer, b'{"op":"call","id":%d,"data":"AWhp"}' % i)
+            api.rig.answer()
+        left = sum(isinstance(o, Call) and not o.is_ping for o in gc.get_objects())
+    finally:
+        gc.enable()
+    assert (peer.ok, left) == (50, 0)
 
 
 def test_refusals_are_error_replies_on_the_peer(api: Api) -> None:

@@ -11,6 +11,8 @@ write is set by the test).
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from structlog.testing import capture_logs
 
@@ -22,6 +24,7 @@ from verld.config import Config, parse_config
 from verld.fronts.protocol import StreamFigures
 from verld.fronts.stream import GONE, ProgramStream, Share
 from verld.links.link import Transition
+from verld.session.calls import Call
 from verld.testing.session import Respond, SessionRig, echo
 
 LINK = "/tmp/ttyV0"
@@ -167,6 +170,20 @@ def _verl_reply(seq: int, data: bytes, status: int = 0) -> bytes:
 
 
 class TestInput:
+    def test_an_answered_request_is_freed_without_the_garbage_collector(self) -> None:
+        """A program's call and its answer hold no reference cycle: freed as they end."""
+        rig = Rig()
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(20):
+                rig.stream.feed(b"PING\n")
+                rig.answer()
+            left = sum(isinstance(o, Call) and not o.is_ping for o in gc.get_objects())
+        finally:
+            gc.enable()
+        assert (rig.figures()["ok"], left) == (20, 0)
+
     def test_a_line_fed_one_byte_at_a_time_becomes_one_call_for_the_stream(self) -> None:
         """Bytes split anywhere make one call whose owner is the stream itself."""
         rig = Rig()

@@ -174,6 +174,17 @@ class Core:
             call.outcomes = counts.outcomes
         return call
 
+    def awaits(self, payload: bytes, reply: bool | None = None) -> bool:
+        """Whether a call of `payload` awaits the device's answer: `reply` where given,
+        else the codec's rule (`line.no_reply`). A front that answers differently when
+        none is awaited asks this before `make_call` (and passes the result as its
+        `reply`), so its `done` need not hold the call: a call and its `done` holding
+        each other would be a reference cycle per call, left to the garbage collector."""
+        if reply is not None:
+            return reply
+        unanswered = self._unanswered
+        return unanswered is None or not unanswered(payload)
+
     def forget(self, owner: Hashable) -> None:
         """The owner went away: its lease ends, its waiting calls are dropped, its
         calls on the link abandoned (their late replies are then stale)."""

@@ -55,7 +55,7 @@ from verld.config import Config
 from verld.errors import ErrorCode
 from verld.fronts.protocol import StreamFigures
 from verld.session.bus import silent_gap
-from verld.session.calls import Call, CallResult
+from verld.session.calls import CallResult
 
 if TYPE_CHECKING:
     from verld.fronts.base import Core
@@ -283,16 +283,16 @@ class ProgramStream:
                     self._submit(request)
 
     def _submit(self, request: PortRequest) -> None:
-        core, epoch, tag = self.core, self.epoch, request.tag
+        core, epoch, tag, payload = self.core, self.epoch, request.tag, request.payload
         self._outstanding += 1
+        awaited = core.awaits(payload)  # (asked first: `done` holds no call, no cycle)
 
         def done(result: CallResult) -> None:
-            self._done(epoch, tag, result, call)
+            self._done(epoch, tag, result, awaited)
 
-        call = core.make_call(self.counts, self, request.payload, done, req_id=tag)
-        core.submit(call)
+        core.submit(core.make_call(self.counts, self, payload, done, req_id=tag, reply=awaited))
 
-    def _done(self, epoch: int, tag: int | None, result: CallResult, call: Call) -> None:
+    def _done(self, epoch: int, tag: int | None, result: CallResult, awaited: bool) -> None:
         if epoch != self.epoch:
             return  # forgotten (the program left): counted in `dropped` then
         self._outstanding -= 1
@@ -300,7 +300,7 @@ class ProgramStream:
             self.share.used -= 1
         if result.status is not None and result.error in _ANSWERED:
             self.stats.ok += 1
-            if call.reply:  # (else the device gives no answer: nor does verld)
+            if awaited:  # (else the device gives no answer: nor does verld)
                 self.send(self.framing.reply(tag, result.status, result.data, result.text))
         else:
             self._failed(result.error or "no_answer", result.message)

@@ -48,11 +48,11 @@ def call(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
         message = f"retry {retry} is above api.max_retry {cfg.api.max_retry}"
         raise ApiError(ErrorCode.BAD_REQUEST, message, req.id)
     req_id, text, core = req.id, api.text, api.core
+    awaited = core.awaits(payload, reply)
 
     def done(result: CallResult) -> None:
         if peer.closed:
             return
-        awaited = submitted.reply
         if result.error is None and not text and awaited:
             peer.ok += 1
             peer.write(wire.ok_call_reply(req_id, 0, result.data, result.ms, result.generation))
@@ -63,8 +63,9 @@ def call(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
                 peer.failed += 1
             peer.write(wire.encode(wire.call_reply(req_id, result, text=text, awaited=awaited)))
 
-    submitted = core.make_call(api.counts, peer, payload, done, timeout, retry, wait, req_id, reply)
-    core.submit(submitted)
+    core.submit(
+        core.make_call(api.counts, peer, payload, done, timeout, retry, wait, req_id, awaited)
+    )
 
 
 def status(api: Dispatcher, peer: Peer, req: wire.Request) -> None:
