@@ -6,6 +6,8 @@ import binascii
 import dataclasses
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -204,6 +206,23 @@ class TestWorkedDeclarations:
     def test_three_parse(self) -> None:
         """docs/config.md works through three declarations, each a valid config."""
         assert len(worked()) == 3
+
+    def test_each_passes_check_config(self, tmp_path: Path) -> None:
+        """Each worked declaration, as a config file, passes `verld --check-config`."""
+        text = DOCS.read_text(encoding="utf-8")
+        section = text[text.index("### Binary framings") :]
+        section = section[: section.index("\n### ", 1)]
+        for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", section, re.S)):
+            path = tmp_path / f"worked{i}.yaml"
+            path.write_text(block.replace("device:\n", "device:\n  port: /dev/ttyUSB0\n", 1))
+            run = subprocess.run(
+                [sys.executable, "-m", "verld", "--check-config", str(path)],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert (run.returncode, run.stdout) == (0, f"{path}: ok\n"), run.stderr
 
     def test_ubx_against_pyubx2(self) -> None:
         """The UBX declaration frames as pyubx2 does and reads pyubx2's frames among noise."""

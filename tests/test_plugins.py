@@ -3,6 +3,7 @@ in a config (tests/plugins/, installed by tests/codec_plugins.py)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -139,6 +140,16 @@ def test_list_codecs_names_builtins_and_plugins_with_where_from(plugin_dir: Path
 def test_a_config_naming_an_installed_plugin_is_valid(plugin_dir: Path, tmp_path: Path) -> None:
     """`device.codec: dynamixel` passes --check-config once the plugin is installed."""
     run = verld(plugin_dir, "--check-config", config(tmp_path, "dynamixel"))
+    assert run.returncode == 0, run.stderr
+
+
+def test_the_guides_config_passes_check_config(plugin_dir: Path, tmp_path: Path) -> None:
+    """docs/codecs.md's config for the Dynamixel plugin passes `verld --check-config`."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "codecs.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "dynamixel" in b]
+    path = tmp_path / "dxl.yaml"
+    path.write_text(block + f"api:\n  socket: {tmp_path}/v.sock\n")
+    run = verld(plugin_dir, "--check-config", str(path))
     assert run.returncode == 0, run.stderr
 
 
