@@ -112,7 +112,7 @@ def test_an_answered_call_is_freed_without_the_garbage_collector(api: Api) -> No
         for i in range(50):
             api.dispatcher.request(peer, b'{"op":"call","id":%d,"data":"AWhp"}' % i)
             api.rig.answer()
-        left = sum(isinstance(o, Call) and not o.is_ping for o in gc.get_objects())
+        left = sum(isinstance(o, Call) and o.owner is peer for o in gc.get_objects())
     finally:
         gc.enable()
     assert (peer.ok, left) == (50, 0)

@@ -179,7 +179,7 @@ class TestInput:
             for _ in range(20):
                 rig.stream.feed(b"PING\n")
                 rig.answer()
-            left = sum(isinstance(o, Call) and not o.is_ping for o in gc.get_objects())
+            left = sum(isinstance(o, Call) and o.owner is rig.stream for o in gc.get_objects())
         finally:
             gc.enable()
         assert (rig.figures()["ok"], left) == (20, 0)
