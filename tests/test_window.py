@@ -101,6 +101,47 @@ class TestSeqs:
         assert [c.seq for c in fresh] == [65534, 65535, 3, 4]
         assert len(w) == 7 and len({c.seq for c in w}) == 7
 
+    def test_an_abandoned_seq_of_a_small_field_waits_out_its_deadline(self) -> None:
+        """With a 1-byte seq, a left owner's seq is not the next calls' until its deadline."""
+        w = Window(4, modulus=256)
+        gone = call("gone", timeout=1.0)
+        w.add(gone, 0.0)
+        w.drop_owner("gone")
+        advance_to_wrap = [call() for _ in range(300)]
+        for i, c in enumerate(advance_to_wrap):
+            w.add(c, 0.5)  # (before the abandoned call's deadline)
+            assert c.seq != gone.seq, i
+            assert w.match(c.seq) is c
+        assert w.match(gone.seq) is None  # its late reply: stale
+        late = [call() for _ in range(256)]
+        for c in late:
+            w.add(c, 2.0)  # (after it)
+            w.match(c.seq)
+        assert gone.seq in {c.seq for c in late}
+
+    def test_a_timed_out_seq_of_a_small_field_stays_unused_for_another_timeout(self) -> None:
+        """With a 1-byte seq, a timed-out call's seq is not reused within one more timeout."""
+        w = Window(4, modulus=256)
+        slow = call(timeout=1.0)
+        w.add(slow, 0.0)
+        w.remove(slow)  # (its try ran out at 1.0)
+        for _ in range(300):
+            c = call()
+            w.add(c, 1.5)
+            assert c.seq != slow.seq
+            w.match(c.seq)
+
+    def test_a_small_field_full_of_retired_seqs_still_gives_one(self) -> None:
+        """Retired seqs never leave a call without one: all of them in use frees them."""
+        w = Window(4, modulus=4)
+        for _ in range(4):
+            c = call("gone", timeout=9.0)
+            w.add(c, 0.0)
+            w.drop_owner("gone")
+        fresh = call()
+        w.add(fresh, 1.0)
+        assert fresh.seq in range(4) and w.match(fresh.seq) is fresh
+
     def test_add_all_hands_out_the_seqs_add_would(self) -> None:
         """add_all gives a batch the seqs one add each would (skipping outstanding ones)."""
         w, w2 = near_wrap(), near_wrap()

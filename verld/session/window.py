@@ -26,7 +26,7 @@ EPSILON = 1e-6
 class Window:
     """Up to `size` calls on the link, keyed by seq."""
 
-    __slots__ = ("_calls", "_next_seq", "modulus", "size")
+    __slots__ = ("_calls", "_next_seq", "_retired", "modulus", "size")
 
     def __init__(self, size: int, modulus: int = SEQ_MOD) -> None:
         self.size = size
@@ -34,6 +34,11 @@ class Window:
         self.modulus = modulus
         self._calls: dict[int, Call] = {}
         self._next_seq = 0
+        #: with a small seq field (a frame codec's byte), the seqs of calls taken off the
+        #: link unanswered (abandoned by their owner, timed out) → until when they stay
+        #: unused: a late reply to one is then stale, never another call's answer (with
+        #: 65536 seqs the wrap itself keeps them unused for long enough)
+        self._retired: dict[int, float] = {}
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -51,9 +56,11 @@ class Window:
 
     def add(self, call: Call, now: float) -> float:
         """Put a call's first try on the link: its seq, its deadline (returned)."""
-        calls, modulus = self._calls, self.modulus
+        calls, modulus, retired = self._calls, self.modulus, self._retired
+        if retired:
+            self._prune(now)
         seq = self._next_seq % modulus
-        while seq in calls:
+        while seq in calls or seq in retired:
             seq = (seq + 1) % modulus
         self._next_seq = (seq + 1) % modulus
         call.seq = seq
@@ -64,11 +71,13 @@ class Window:
 
     def add_all(self, calls: list[Call], now: float) -> float:
         """`add` for each call in turn; the earliest deadline of them (returned)."""
-        slots, modulus = self._calls, self.modulus
+        slots, modulus, retired = self._calls, self.modulus, self._retired
+        if retired:
+            self._prune(now)
         seq = self._next_seq % modulus
         earliest = math.inf
         for call in calls:
-            while seq in slots:
+            while seq in slots or seq in retired:
                 seq = (seq + 1) % modulus
             call.seq = seq
             call.tries += 1
@@ -105,8 +114,20 @@ class Window:
         return self._calls.get(call.seq) is call
 
     def remove(self, call: Call) -> None:
-        """Take a call off the link (its try ran out)."""
+        """Take a call off the link (its try ran out): with a small seq field its seq
+        stays unused for another timeout."""
         del self._calls[call.seq]
+        if self.modulus < SEQ_MOD:
+            self._retired[call.seq] = call.deadline + call.timeout
+
+    def _prune(self, now: float) -> None:
+        """Retired seqs whose time is up are free again; and all of them when, with the
+        calls on the link, they would leave no seq free (a seq reused beats no call)."""
+        retired = self._retired
+        for seq in [s for s, until in retired.items() if until <= now]:
+            del retired[seq]
+        if len(retired) + len(self._calls) >= self.modulus:
+            retired.clear()
 
     def expired(self, now: float) -> list[Call]:
         """The calls whose try has run out by `now`, earliest sent first."""
@@ -122,6 +143,8 @@ class Window:
         gone = [c for c in self._calls.values() if c.owner is owner and not c.is_ping]
         for call in gone:
             del self._calls[call.seq]
+            if self.modulus < SEQ_MOD:  # (its reply may still come: stale then)
+                self._retired[call.seq] = call.deadline
         return gone
 
     def owned_by(self, owner: Hashable) -> list[Call]:
