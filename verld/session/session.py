@@ -180,6 +180,9 @@ class Session:
         for a resync; the timekeeper and the receiver told what is in use now."""
         cfg, spec, codec, line = self.cfg, spec_of(self.cfg), self.codec, self.line
         self._screen, self._clear = line.screen, line.clear
+        # a bus's units may be offline (`_refusal` asks): its calls take the slow path
+        self._turns = line.turns
+        self._quick_screen = None if line.turns else line.screen
         ping = self.ping_payload = spec.device_ping(cfg)
         expect = cfg.heartbeat.expect
         # a try that ran out puts the line out of step: pings resync it (`line`)
@@ -237,12 +240,18 @@ class Session:
             or link.inhibited_by is not None
             or link.state is not _UP
             or queue.exclusive is not None
-            or self._screen is not None
+            or self._turns
             or not call.reply
         ):
             self._submit(call)  # the rarer cases, one by one
             return
         # The usual call (the per-call hot path): the link is up and open to everyone.
+        screen = self._quick_screen
+        if screen is not None:  # (line, frame: one request per call)
+            reason = screen(call)
+            if reason is not None:
+                self.finish(call, ErrorCode.BAD_REQUEST, reason)
+                return
         full = queue.admit(call)
         if full is not None:
             self.finish(call, ErrorCode.BUSY, full)
