@@ -167,10 +167,11 @@ class Bridge:
     def _discovery(self, device: Device) -> None:
         """The device's link/calls/errors configs and its entities' (same device block)."""
         codec, daemon = device.state.codec, device.daemon
-        configs = discovery(self.topics, self.host, device.name, codec, daemon)
+        info = self.cfg.device_info.get(device.name)
+        configs = discovery(self.topics, self.host, device.name, codec, daemon, info)
         for topic, payload in configs.items():
             self.outbox.retain(topic, payload)
-        block = device_block(self.host, device.name, codec, daemon)
+        block = device_block(self.host, device.name, codec, daemon, info)
         for live in self.entities.all:
             if live.entity.device == device.name:
                 payload = entity_config(self.topics, self.host, live.entity, block)
@@ -373,6 +374,9 @@ class Bridge:
         if topic == HA_STATUS:
             if payload.strip() == b"online":
                 self.outbox.resend(f"{HA_PREFIX}/")
+                if not message.retain:  # (a restart now, not the status kept on the broker:
+                    # at connect every entity is polled anyway)
+                    self.entities.refresh()
             return
         if topic.startswith(f"{HA_PREFIX}/"):
             if self.forgetting.stale(topic, payload):
