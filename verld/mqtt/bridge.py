@@ -22,7 +22,9 @@ With `entities:` (device values, `verld.mqtt.entities`) the bridge also subscrib
 the set topics (`<base>/+/value/+/set`, QoS 0) and, with discovery, to the retained
 configs (`homeassistant/+/+/+/config`, none of its own publishes back on MQTT 5), so
 that it empties the config of an entity no longer configured (`hass.Forgetting`); a
-broker that refuses either subscription leaves that part off with a warning.
+broker that refuses either subscription leaves that part off with a warning. Home
+Assistant's `online` (live, not the one the broker kept) republishes the discovery
+configs and polls every entity again (`Entities.refresh`).
 
 Every task has an owner that awaits it (`tasks.Tasks`, a TaskGroup that can be
 ended): `Bridge.tasks`, for the whole run, holds each device's loop, the drop
