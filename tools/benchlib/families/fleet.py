@@ -380,9 +380,9 @@ class Fleet(Family):
         failed = sum(after[n]["calls_failed"] - before[n]["calls_failed"] for n in names)
         used = end.since(start, [bridge.pid])
         out = _polls(len(devices), every, end.t - start.t, counts, used, memory)
-        out.update(
+        out.update(  # (verld_calls, not calls: this is no call workload's result)
             per_read=group,
-            calls=calls,
+            verld_calls=calls,
             calls_per_s=round(calls / (t1 - t0), 1),
             values_per_s=out["rate"],
         )
