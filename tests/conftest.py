@@ -46,7 +46,7 @@ SLOW_MODULES: frozenset[str] = frozenset(
         "test_modbusrig.py", "test_rfc2217_ser2net.py", "test_ports_programs.py",
         "test_top.py", "test_instruments.py", "test_instrument_fake.py",
         # verld-mqtt against a real mosquitto broker (TLS too), and its fleet docs' checks
-        "test_mqtt_bridge.py", "test_mqtt_entities.py", "test_mqtt_fleet.py",
+        "test_mqtt_bridge.py", "test_mqtt_entities.py", "test_mqtt_fleet.py", "test_mqtt_groups.py",
         "test_fleet_doc.py",
         # TLS recipes: PKIs made with openssl
         "test_tls_recipes.py",

@@ -13,6 +13,7 @@ from verld.errors import ConfigError
 from verld.mqtt.config import (
     BridgeConfig,
     BrokerConfig,
+    DeviceInfo,
     load_bridge_config,
     parse_bridge_config,
     short_host,
@@ -247,6 +248,54 @@ class TestDevices:
     def test_empty_map_is_valid(self) -> None:
         """No devices is valid (the bridge warns at start)."""
         assert dict(parse_bridge_config("devices: {}").devices) == {}
+
+
+class TestDeviceMappings:
+    def test_a_mapping_gives_the_socket_and_what_home_assistant_shows(self) -> None:
+        """{socket, name, model, manufacturer, area} beside a plain path: sockets and info."""
+        cfg = parse_bridge_config(
+            "devices:\n"
+            "  psu: /run/a.sock\n"
+            "  meter:\n"
+            "    socket: /run/m.sock\n"
+            "    name: Main meter\n"
+            "    model: SDM630\n"
+            "    manufacturer: Eastron\n"
+            "    area: Garage\n"
+            "  tiny: {socket: /run/t.sock}\n"
+        )
+        assert dict(cfg.devices) == {
+            "psu": "/run/a.sock",
+            "meter": "/run/m.sock",
+            "tiny": "/run/t.sock",
+        }
+        assert dict(cfg.device_info) == {
+            "meter": DeviceInfo("Main meter", "SDM630", "Eastron", "Garage"),
+            "tiny": DeviceInfo(),
+        }
+
+    @pytest.mark.parametrize(
+        ("entry", "error"),
+        [
+            ("{name: Meter}", "m.yaml:3: devices.meter: needs socket: the verld socket's path"),
+            ("{socket: /run/m.sock, modle: X}", "m.yaml:3: devices.meter.modle: unknown key; "),
+            ("{socket: /run/m.sock, area: ''}", "m.yaml:3: devices.meter.area: expected a non-"),
+            ("{socket: /run/m.sock, name: [a]}", "m.yaml:3: devices.meter.name: expected a str"),
+            ("{socket: 7}", "m.yaml:3: devices.meter.socket: expected a socket path, got 7"),
+            ("{socket: /run/a.sock}", "m.yaml:3: devices.meter: the same socket as device 'a'"),
+        ],
+    )
+    def test_a_bad_mapping_is_told_with_its_line(self, entry: str, error: str) -> None:
+        """Each bad key of a device mapping: file:line, key path and what is wrong."""
+        assert one_error(f"devices:\n  a: /run/a.sock\n  meter: {entry}\n").startswith(error)
+
+    def test_an_entity_of_a_bad_device_mapping_is_not_told_twice(self) -> None:
+        """The device's own error only, not also 'no device' on its entities."""
+        text = (
+            "devices:\n  meter: {name: M}\nentities:\n  - {device: meter, name: v, "
+            "kind: sensor, poll: {hex: '01'}, value: {offset: 0, type: uint16}}\n"
+        )
+        assert "needs socket" in one_error(text)
 
 
 class TestStart:

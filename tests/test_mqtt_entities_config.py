@@ -417,3 +417,16 @@ def test_entities_must_be_a_list() -> None:
     """entities: as a mapping is refused."""
     with pytest.raises(ConfigError, match=r"entities: expected a list, got a mapping"):
         parse_bridge_config("entities: {a: 1}\n", "m.yaml")
+
+
+def test_retain_is_a_boolean_of_the_entities_with_a_value() -> None:
+    """retain: true is kept (default false); not a boolean, or on a button: an error."""
+    cfg = parse_bridge_config(HEAD + METER + "    retain: true\n", "m.yaml")
+    assert cfg.entities[0].retain is True
+    assert parse_bridge_config(HEAD + METER, "m.yaml").entities[0].retain is False
+    assert (
+        one(METER + "    retain: 'yes'\n")
+        == "entities[0].retain: expected true or false, got 'yes'"
+    )
+    button = "  - {device: meter, name: b, kind: button, press: {hex: '01'}, retain: true}\n"
+    assert one(button) == "entities[0].retain: a button has no retain (a button has no value)"

@@ -14,7 +14,7 @@ import pytest
 
 from verld.mqtt.config import parse_bridge_config
 from verld.mqtt.device import FairSlots
-from verld.mqtt.entities import Entities
+from verld.mqtt.entities import REFRESH_AFTER, REFRESH_SPREAD, Entities
 from verld.mqtt.entityconfig import Entity
 from verld.mqtt.hass import Forgetting, config_topic, entity_config
 from verld.mqtt.outbox import Outbox, Outgoing
@@ -237,15 +237,15 @@ def test_a_poll_still_running_is_not_doubled() -> None:
     """Due again while its poll waits for the device: skipped; one call, one poll counted."""
 
     async def test(e: Entities, device: StandIn, outbox: Outbox) -> None:
-        live = e.polled[0]
-        e._due(live)
+        group = e.groups[0]
+        e._due(group)
         await turns()
-        e._due(live)
+        e._due(group)
         await turns()
-        assert (len(device.calls), live.counts.polls) == (1, 1)
+        assert (len(device.calls), group.members[0].counts.polls) == (1, 1)
         device.gate.set()
         await turns()
-        assert values(outbox) == ["ON"] and not live.running
+        assert values(outbox) == ["ON"] and not group.running
 
     run(test, SWITCH)
 
@@ -257,7 +257,7 @@ def test_polls_wait_while_the_link_is_not_up_and_come_when_it_is() -> None:
         device.gate.set()
         live = e.polled[0]
         device.state = DeviceState("connecting")
-        e._due(live)
+        e._due(e.groups[0])
         await turns()
         assert (device.calls, live.counts.polls, live.counts.errors) == ([], 0, 0)
         device.state = DeviceState("up", 5, "/dev/x", "modbus-rtu")
@@ -272,7 +272,7 @@ def test_a_switch_command_runs_its_call_then_polls_its_state() -> None:
     """OFF runs turn_off, then the state is polled (after the poll running, if one runs)."""
 
     async def test(e: Entities, device: StandIn, outbox: Outbox) -> None:
-        e._due(e.polled[0])
+        e._due(e.groups[0])
         await turns()
         e.command("m", "relay", b"OFF", retained=False)
         device.gate.set()
@@ -310,10 +310,10 @@ def test_failures_are_counted_with_the_last_error_and_no_value() -> None:
         device.gate.set()
         live = e.polled[0]
         device.reply = {"ok": False, "error": {"code": "timeout", "message": "no reply"}}
-        e._due(live)
+        e._due(e.groups[0])
         await turns()
         device.reply = {"ok": True, "status": 0, "data": "AQM=", "generation": 4}
-        e._due(live)
+        e._due(e.groups[0])
         await turns()
         assert (live.counts.errors, live.counts.polls, values(outbox)) == (2, 2, [])
         assert live.counts.last_error == "a reply of 2 bytes is not a Modbus read reply"
@@ -336,13 +336,13 @@ def test_a_value_the_broker_cannot_take_is_polled_again_when_it_is_back() -> Non
         device.gate.set()
         live = e.polled[0]
         outbox.disconnect()
-        e._due(live)
+        e._due(e.groups[0])
         await turns()
-        assert live.missed and live.counts.last_ts is None and outbox.values_dropped == 1
+        assert e.groups[0].missed and live.counts.last_ts is None and outbox.values_dropped == 1
         outbox.connect()
         e.catch_up()
         await turns()
-        assert values(outbox) == ["ON"] and live.counts.polls == 2 and not live.missed
+        assert values(outbox) == ["ON"] and live.counts.polls == 2 and not e.groups[0].missed
 
     run(test, SWITCH)
 
@@ -352,10 +352,10 @@ def test_each_devices_entities_take_turns_in_the_schedule() -> None:
     listed = _entities(
         """\
   - {device: m, name: a1, kind: sensor, poll: {hex: '01'}, value: {offset: 0, type: uint16}}
-  - {device: m, name: a2, kind: sensor, poll: {hex: '01'}, value: {offset: 0, type: uint16}}
+  - {device: m, name: a2, kind: sensor, poll: {hex: '02'}, value: {offset: 0, type: uint16}}
   - {device: n, name: b1, kind: sensor, poll: {hex: '01'}, value: {offset: 0, type: uint16}}
-  - {device: m, name: a3, kind: sensor, poll: {hex: '01'}, value: {offset: 0, type: uint16}}
-  - {device: n, name: b2, kind: sensor, poll: {hex: '01'}, value: {offset: 0, type: uint16}}
+  - {device: m, name: a3, kind: sensor, poll: {hex: '03'}, value: {offset: 0, type: uint16}}
+  - {device: n, name: b2, kind: sensor, poll: {hex: '02'}, value: {offset: 0, type: uint16}}
 """,
         "{m: /run/m.sock, n: /run/n.sock}",
     )
@@ -363,6 +363,116 @@ def test_each_devices_entities_take_turns_in_the_schedule() -> None:
     async def main() -> list[str]:
         async with Tasks() as tasks:
             e = Entities(listed, cast(Any, {}), T, Outbox(), tasks)
-            return [live.entity.name for live in e.polled]
+            return [group.members[0].entity.name for group in e.groups]
 
     assert asyncio.run(main()) == ["a1", "b1", "a2", "b2", "a3"]
+
+
+# --- one read, many values ----------------------------------------------------------------------
+
+BLOCK = _entities("""\
+  - {device: m, name: a, kind: sensor, poll: {hex: '010300000004'}, every: 5,
+     value: {register: 0, type: uint16}}
+  - {device: m, name: b, kind: sensor, poll: {hex: '010300000004'}, every: 5,
+     value: {register: 1, type: uint16}, retain: true}
+  - {device: m, name: c, kind: sensor, poll: {hex: '010300000004'}, every: 5,
+     value: {register: 2, type: int32}}
+  - {device: m, name: other, kind: sensor, poll: {hex: '010300000004'}, every: 6,
+     value: {register: 0, type: uint16}}
+""")
+#: fc 3 reply of 3 registers: 100, 101, 102 (c's int32 needs a 4th, which this short reply lacks)
+REPLY = base64.b64encode(bytes.fromhex("010306006400650066")).decode()
+
+
+def test_entities_with_one_poll_and_every_are_one_group() -> None:
+    """Same poll and every: one group; another every: a group of its own."""
+
+    async def test(e: Entities, device: StandIn, outbox: Outbox) -> None:
+        assert [[m.entity.name for m in g.members] for g in e.groups] == [
+            ["a", "b", "c"],
+            ["other"],
+        ]
+        assert all(live.group is e.groups[0] for live in e.all[:3])
+
+    run(test, *BLOCK)
+
+
+def test_a_group_makes_one_call_and_each_member_decodes_its_value() -> None:
+    """One call; a and b publish their registers (b retained); c's decode fails on c only."""
+
+    async def test(e: Entities, device: StandIn, outbox: Outbox) -> None:
+        device.reply = {"ok": True, "status": 0, "generation": 4, "data": REPLY}
+        device.gate.set()
+        e._due(e.groups[0])
+        await turns()
+        assert device.calls == [bytes.fromhex("010300000004")]
+        out = {item.topic: item for item in iter(outbox.pop, None)}
+        assert {t: json.loads(i.payload)["value"] for t, i in out.items()} == {
+            "verld/h/m/value/a": 100,
+            "verld/h/m/value/b": 101,
+        }
+        assert [out[t].retain for t in ("verld/h/m/value/a", "verld/h/m/value/b")] == [False, True]
+        counts = {live.entity.name: (live.counts.polls, live.counts.errors) for live in e.all}
+        assert counts == {"a": (1, 0), "b": (1, 0), "c": (1, 1), "other": (0, 0)}
+
+    run(test, *BLOCK)
+
+
+def test_a_failed_group_call_is_an_error_of_each_member() -> None:
+    """The call fails: a, b and c each count a poll and an error, with the call's reason."""
+
+    async def test(e: Entities, device: StandIn, outbox: Outbox) -> None:
+        device.reply = {"ok": False, "error": {"code": "timeout", "message": "no reply"}}
+        device.gate.set()
+        e._due(e.groups[0])
+        await turns()
+        assert len(device.calls) == 1 and values(outbox) == []
+        for live in e.all[:3]:
+            assert (live.counts.polls, live.counts.errors) == (1, 1)
+            assert live.counts.last_error == "timeout: no reply"
+
+    run(test, *BLOCK)
+
+
+def test_a_switch_command_polls_its_whole_group() -> None:
+    """After a switch's command its group is polled once, and every member publishes."""
+    relay, mirror = _entities("""\
+  - {device: m, name: relay, kind: switch, poll: {hex: '010100000001'}, every: 600,
+     value: {bit: 0}, turn_on: {hex: '01050000ff00'}, turn_off: {hex: '010500000000'}}
+  - {device: m, name: relay_seen, kind: binary_sensor, poll: {hex: '010100000001'},
+     every: 600, value: {bit: 0}}
+""")
+
+    async def test(e: Entities, device: StandIn, outbox: Outbox) -> None:
+        device.gate.set()
+        e.command("m", "relay", b"ON", retained=False)
+        await turns(10)
+        assert device.calls == [bytes.fromhex(h) for h in ("01050000ff00", "010100000001")]
+        assert values(outbox) == ["ON", "ON"]
+
+    run(test, relay, mirror)
+
+
+def test_home_assistant_back_polls_every_group_soon_spread_out() -> None:
+    """refresh: each group polled once within REFRESH_AFTER + REFRESH_SPREAD, not at once."""
+
+    async def test(e: Entities, device: StandIn, outbox: Outbox) -> None:
+        device.gate.set()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        e.refresh()
+        await asyncio.sleep(0)
+        assert device.calls == []  # (Home Assistant takes its configs first)
+        await asyncio.sleep(REFRESH_AFTER + REFRESH_SPREAD + 0.2)
+        assert device.calls == [bytes.fromhex("010300000004")] * 2
+        assert loop.time() - started < REFRESH_AFTER + REFRESH_SPREAD + 1
+
+    run(test, *BLOCK)
+
+
+def test_a_retained_value_is_published_retained() -> None:
+    """outbox.value(retain=True): the publish carries the retain flag."""
+    out = Outbox()
+    out.connect()
+    out.value("a", b"1", retain=True)
+    assert out.pop() == Outgoing("a", b"1", retain=True, kind="value")

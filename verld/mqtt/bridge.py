@@ -22,7 +22,9 @@ With `entities:` (device values, `verld.mqtt.entities`) the bridge also subscrib
 the set topics (`<base>/+/value/+/set`, QoS 0) and, with discovery, to the retained
 configs (`homeassistant/+/+/+/config`, none of its own publishes back on MQTT 5), so
 that it empties the config of an entity no longer configured (`hass.Forgetting`); a
-broker that refuses either subscription leaves that part off with a warning.
+broker that refuses either subscription leaves that part off with a warning. Home
+Assistant's `online` (live, not the one the broker kept) republishes the discovery
+configs and polls every entity again (`Entities.refresh`).
 
 Every task has an owner that awaits it (`tasks.Tasks`, a TaskGroup that can be
 ended): `Bridge.tasks`, for the whole run, holds each device's loop, the drop
@@ -167,10 +169,11 @@ class Bridge:
     def _discovery(self, device: Device) -> None:
         """The device's link/calls/errors configs and its entities' (same device block)."""
         codec, daemon = device.state.codec, device.daemon
-        configs = discovery(self.topics, self.host, device.name, codec, daemon)
+        info = self.cfg.device_info.get(device.name)
+        configs = discovery(self.topics, self.host, device.name, codec, daemon, info)
         for topic, payload in configs.items():
             self.outbox.retain(topic, payload)
-        block = device_block(self.host, device.name, codec, daemon)
+        block = device_block(self.host, device.name, codec, daemon, info)
         for live in self.entities.all:
             if live.entity.device == device.name:
                 payload = entity_config(self.topics, self.host, live.entity, block)
@@ -373,6 +376,9 @@ class Bridge:
         if topic == HA_STATUS:
             if payload.strip() == b"online":
                 self.outbox.resend(f"{HA_PREFIX}/")
+                if not message.retain:  # (a restart now, not the status kept on the broker:
+                    # at connect every entity is polled anyway)
+                    self.entities.refresh()
             return
         if topic.startswith(f"{HA_PREFIX}/"):
             if self.forgetting.stale(topic, payload):

@@ -8,6 +8,9 @@ with two sections (`broker`, `log`), so an unknown key is matched against both: 
 (`cert` with `key`, TLS files without `tls: true`) run after the per-key checks and
 only on keys that passed them. Files named here (password, CA, certificate, key) are
 not opened: that happens at start (exit 1), so `--check-config` can run anywhere.
+A `devices:` entry is a socket path, or a mapping of the socket and what Home
+Assistant shows of the device (name, model, manufacturer, area): the sockets go to
+`devices`, the rest to `device_info`, so code that needs only the sockets sees no change.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from verld.config.model import LOG_FORMATS, LOG_LEVELS, LogConfig
 from verld.config.suggest import unknown_section
 from verld.config.validate import BadValue, Context, Item, MarkedMap, Section, build, given
 from verld.mqtt.entityconfig import Entity, check_devices, entities
+from verld.mqtt.valueconfig import Reported, fields
 
 #: the accepted values of `broker.protocol`, as stored
 PROTOCOLS = ("5", "3.1.1")
@@ -56,11 +60,24 @@ class BrokerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """What a `devices:` mapping says of its device for Home Assistant's device block
+    (None: the default, `topics.device_block`)."""
+
+    name: str | None = None
+    model: str | None = None
+    manufacturer: str | None = None
+    area: str | None = None  #: Home Assistant's suggested_area
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     base: str | None = None  #: None: "verld/" + the short host name
     qos: int = 1
     devices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: of the devices given as a mapping, what Home Assistant shows of them
+    device_info: Mapping[str, DeviceInfo] = field(default_factory=lambda: MappingProxyType({}))
     calls: bool = True
     status_interval: float = 30.0  #: 0: status on link changes only
     homeassistant: bool = False
@@ -139,13 +156,15 @@ def _base(item: Item) -> str:
     return text
 
 
-def _devices(item: Item) -> Mapping[str, str]:
-    """NAME → socket path; each bad entry is reported and skipped."""
+def _devices(item: Item) -> tuple[Mapping[str, str], Mapping[str, DeviceInfo]]:
+    """NAME → socket path, and NAME → DeviceInfo for the entries given as mappings; each
+    bad entry is reported and skipped."""
     if isinstance(item.value, list):
         raise BadValue(
             "expected a mapping NAME: SOCKET (e.g. psu: /run/verld/psu/verld.sock), got a list"
         )
     table: dict[str, str] = {}
+    info: dict[str, DeviceInfo] = {}
     first: dict[str, str] = {}
     for name, child in item.children():
         problem = _name_problem(name)
@@ -153,7 +172,13 @@ def _devices(item: Item) -> Mapping[str, str]:
             item.ctx.error(child, problem)
             continue
         try:
-            path = leaves.socket_path(child)
+            if isinstance(child.value, MarkedMap):
+                path, about = _device_entry(child)
+                info[name] = about
+            else:
+                path = leaves.socket_path(child)
+        except Reported:
+            continue
         except BadValue as exc:
             item.ctx.error(child, str(exc))
             continue
@@ -162,7 +187,30 @@ def _devices(item: Item) -> Mapping[str, str]:
             continue
         first[path] = name
         table[name] = path
-    return MappingProxyType(table)
+    return MappingProxyType(table), MappingProxyType(info)
+
+
+_DEVICE_ENTRY = {
+    "socket": leaves.socket_path,
+    "name": leaves.optional(_word),
+    "model": leaves.optional(_word),
+    "manufacturer": leaves.optional(_word),
+    "area": leaves.optional(_word),
+}
+
+
+def _device_entry(item: Item) -> tuple[str, DeviceInfo]:
+    """`{socket, name, model, manufacturer, area}`: the socket path and the rest."""
+    got = fields(item, _DEVICE_ENTRY)
+    if got is None:
+        raise Reported
+    if "socket" not in got:
+        raise BadValue(
+            "needs socket: the verld socket's path (name, model, manufacturer and area "
+            "are what Home Assistant shows)"
+        )
+    path = got.pop("socket")
+    return path, DeviceInfo(**got)
 
 
 def _name_problem(name: Any) -> str | None:
@@ -230,6 +278,8 @@ def _root(item: Item) -> BridgeConfig:
             kwargs[key] = build(child, check) if isinstance(check, Section) else check(child)
         except BadValue as exc:
             item.ctx.error(child, str(exc))
+    if "devices" in kwargs:
+        kwargs["devices"], kwargs["device_info"] = kwargs["devices"]
     config = BridgeConfig(**kwargs)
     _cross_check(config.broker, item.ctx)
     if listed is not None:

@@ -1,18 +1,26 @@
 """Device values as entities, at run time: polls, values, commands and their counters.
 
-Strategy: `Entities.run` is one task for the whole bridge that sleeps until the next
-poll is due (`schedule.Schedule`: each entity every `every` seconds, entities with the
+Strategy: entities of one device with the same poll (its call and options) and the same
+`every` are one `Group`: one read per period, from whose reply each member decodes its own
+value (a meter's voltage, current and power from one read of its register block).
+`Entities.run` is one task for the whole bridge that sleeps until the next
+poll is due (`schedule.Schedule`: each group every `every` seconds, groups with the
 same period at phases spread over it, each device's in turn with the others') and
 starts what is due (within `GRAIN`: polls a few ms apart share one wake-up). A poll is skipped, not
 counted, while its device's link is not `up` (or verld is unreachable), and skipped
-when the entity's previous poll still runs: polls are never doubled. A poll is a task
+when the group's previous poll still runs: polls are never doubled. A poll counts on each
+member (`polls`); a failed call is an error of each member, a reply one member cannot
+decode an error of that member only. A poll is a task
 of the bridge's owner (`tasks.Tasks`) that takes a turn in the device's `FairSlots`
 (requester `entities`, so polls and MQTT calls take turns) and sends the poll's call on
 the bridge's one verld connection, through verld's fair queue like any client's call.
-An entity whose poll was skipped while the link was not up, or whose value the broker
-could not take (not connected), and every entity at start, is polled as soon as both
+A group whose poll was skipped while the link was not up, or a value of which the broker
+could not take (not connected), and every group at start, is polled as soon as both
 are back, so a slow `every` does not leave it without a value for that long; its slots
-stay where they were.
+stay where they were. When Home Assistant comes back (`homeassistant/status`: `online`),
+`refresh` polls every group once more, spread over `REFRESH_SPREAD` seconds after
+`REFRESH_AFTER` (its discovery configs, republished then, are taken first): its
+entities show a value again without waiting for their `every`.
 The reply is decoded (`decode.Decoder`; on a binary kind, then made `ON`/`OFF`) and the
 value goes to the outbox (latest value per topic: never a backlog on the broker).
 
@@ -24,7 +32,8 @@ topic runs only the entity's own call (`turn_on`, `turn_off`, `press`), for `ON`
 on a switch and `PRESS` on a button (with the call's `reply`: false for a command the
 device does not answer); anything else published there, and anything
 delivered retained, is counted (`ignored`) and runs nothing. After a switch's command,
-its state is polled at once (after the poll running, if one is).
+its state is polled at once (after the poll running, if one is), and so are the other
+members of its group. An entity with `retain: true` publishes its values retained.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -49,6 +58,7 @@ from verld.mqtt.topics import Topics, encode
 from verld.mqtt.valueconfig import Command
 
 log = structlog.get_logger("verld.mqtt.entities")
+P = TypeVar("P", "Live", "Group")
 
 #: the requester polls and commands take turns as, among the MQTT callers
 REQUESTER = "entities"
@@ -60,6 +70,9 @@ WORDS = {
     b"OFF": ("switch", "turn_off"),
     b"PRESS": ("button", "press"),
 }
+#: after Home Assistant's `online`, the polls of every group start this many seconds later,
+#: spread over the next REFRESH_SPREAD seconds
+REFRESH_AFTER, REFRESH_SPREAD = 0.5, 1.5
 
 
 @dataclass(slots=True)
@@ -74,18 +87,16 @@ class Counts:
 
 
 class Live:
-    """One entity at run time: its decoder, topic, counters and poll state."""
+    """One entity at run time: its decoder, topic, counters, and its poll's group."""
 
     __slots__ = (
-        "again",
         "counts",
         "decoder",
         "entity",
         "failing",
+        "group",
         "misfit",
-        "missed",
         "poll",
-        "running",
         "size",
         "topic",
     )
@@ -97,11 +108,42 @@ class Live:
         self.poll = entity.poll.fields() if entity.poll is not None else None
         self.size = len(entity.poll.data) if entity.poll is not None else 0
         self.counts = Counts()
-        self.running = False  #: a poll is on its way
-        self.again = False  #: poll again as soon as the running poll ends
-        self.missed = True  #: a poll or its value was lost to an outage (or none yet)
+        self.group: Group | None = None  #: the entities polled with it (None: not polled)
         self.failing = False  #: the current run of failures was logged
         self.misfit: str | None = None  #: the misfit logged
+
+
+class Group:
+    """The polled entities of one device with the same poll and `every`: one call per
+    period for all of them, and its poll state."""
+
+    __slots__ = ("again", "device", "every", "members", "missed", "poll", "running", "size")
+
+    def __init__(self, first: Live) -> None:
+        assert first.poll is not None
+        self.device, self.every = first.entity.device, first.entity.every
+        self.poll, self.size = first.poll, first.size
+        self.members: list[Live] = []
+        self.running = False  #: a poll is on its way
+        self.again = False  #: poll again as soon as the running poll ends
+        self.missed = True  #: a poll or a value was lost to an outage (or none yet)
+
+
+def _grouped(lives: Sequence[Live]) -> list[Group]:
+    """The polled entities' groups, in the order of their first member; each `live.group`
+    set."""
+    groups: dict[tuple[Any, ...], Group] = {}
+    for live in lives:
+        entity = live.entity
+        if entity.poll is None:
+            continue
+        key = (entity.device, entity.poll, entity.every)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(live)
+        group.members.append(live)
+        live.group = group
+    return list(groups.values())
 
 
 class Entities:
@@ -119,73 +161,109 @@ class Entities:
         self.all = [Live(e, topics) for e in entities]
         self.by_key = {(live.entity.device, live.entity.name): live for live in self.all}
         self.polled = _interleaved([live for live in self.all if live.poll is not None])
+        self.groups = _interleaved(_grouped(self.all))
+        self._refreshing: asyncio.Task[None] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.all)
 
     # --- polls ------------------------------------------------------------------------
     async def run(self) -> None:
-        """Start each poll when it is due, until cancelled."""
+        """Start each group's poll when it is due, until cancelled."""
         loop = asyncio.get_running_loop()
-        schedule = Schedule([live.entity.every for live in self.polled], loop.time())
+        schedule = Schedule([group.every for group in self.groups], loop.time())
         while (at := schedule.next_at) is not None:
             await asyncio.sleep(max(0.0, at - loop.time()))
             for job in schedule.due(loop.time() + GRAIN):
-                self._due(self.polled[job])
+                self._due(self.groups[job])
 
-    def _due(self, live: Live) -> None:
-        if not _up(self.devices[live.entity.device]):
-            live.missed = True  # (not an error: the link's own state says why)
+    def _due(self, group: Group) -> None:
+        if not _up(self.devices[group.device]):
+            group.missed = True  # (not an error: the link's own state says why)
             return
-        if live.running:
+        if group.running:
             log.debug(
                 "poll_skipped",
-                device=live.entity.device,
-                entity=live.entity.name,
+                device=group.device,
+                entities=",".join(live.entity.name for live in group.members),
                 reason="the previous poll still runs",
             )
             return
-        self._start(live)
+        self._start(group)
 
     def catch_up(self, device: str | None = None) -> None:
-        """`device`'s link is up (again), or (None) the broker is: the entities that missed
+        """`device`'s link is up (again), or (None) the broker is: the groups that missed
         a poll or a value are polled now."""
-        for live in self.polled:
-            if live.missed and device in (None, live.entity.device):
-                self.poll_now(live)
+        for group in self.groups:
+            if group.missed and device in (None, group.device):
+                self._poll_group_now(group)
 
-    def _start(self, live: Live) -> None:
-        live.running, live.missed = True, False
-        live.counts.polls += 1
-        self.tasks.start(self._poll(live))
+    def refresh(self) -> None:
+        """Home Assistant is back: every group is polled once more, soon, spread out (a
+        refresh still under way starts over)."""
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+        if self.groups:
+            self._refreshing = self.tasks.start(self._refresh(), name="entities refresh")
 
-    async def _poll(self, live: Live) -> None:
+    async def _refresh(self) -> None:
+        step = REFRESH_SPREAD / len(self.groups)
+        await asyncio.sleep(REFRESH_AFTER)
+        for group in self.groups:
+            if not group.running:
+                self._poll_group_now(group)
+            await asyncio.sleep(step)
+
+    def _start(self, group: Group) -> None:
+        group.running, group.missed = True, False
+        for live in group.members:
+            live.counts.polls += 1
+        self.tasks.start(self._poll(group))
+
+    async def _poll(self, group: Group) -> None:
         try:
-            await self._poll_once(live)
+            await self._poll_once(group)
         finally:
-            live.running = False
-            if live.again:
-                live.again = False
-                self.poll_now(live)
+            group.running = False
+            if group.again:
+                group.again = False
+                self._poll_group_now(group)
 
-    async def _poll_once(self, live: Live) -> None:
-        device, decoder = self.devices[live.entity.device], live.decoder
-        assert live.poll is not None and decoder is not None
-        misfit = fits(decoder.spec, device.state.codec)
-        if misfit is not None:
-            self._misfit(live, misfit)
+    async def _poll_once(self, group: Group) -> None:
+        """One call for the group; each member that fits the device's codec decodes its
+        value from the reply."""
+        device, fitting = self.devices[group.device], []
+        for live in group.members:
+            assert live.decoder is not None
+            misfit = fits(live.decoder.spec, device.state.codec)
+            if misfit is not None:
+                self._misfit(live, misfit)
+            else:
+                fitting.append(live)
+        if not fitting:
             return
-        reply = await self._call(device, live.poll, live.size)
+        reply = await self._call(device, group.poll, group.size)
         if not reply.get("ok"):
-            self._fail(live, _why(reply))
-            return
-        if reply.get("reply") is False:  # (verld's device.line.no_reply matched the poll)
-            self._fail(
-                live,
+            why = _why(reply)
+        elif reply.get("reply") is False:  # (verld's device.line.no_reply matched the poll)
+            why = (
                 "verld awaited no answer: the device's line.no_reply matches "
-                "the poll; give the poll reply: true",
+                "the poll; give the poll reply: true"
             )
+        else:
+            generation = reply.get("generation")
+            if type(generation) is not int:
+                generation = device.state.generation
+            for live in fitting:
+                self._value(live, reply, generation)
             return
+        for live in fitting:
+            self._fail(live, why)
+
+    def _value(self, live: Live, reply: dict[str, Any], generation: Any) -> None:
+        """`live`'s value decoded from its group's reply, published (or its error counted)."""
+        decoder = live.decoder
+        assert decoder is not None and live.group is not None
         try:
             value: Any = decoder.decode(_data(reply), reply.get("text"))
         except DecodeError as exc:
@@ -193,13 +271,10 @@ class Entities:
             return
         if live.entity.binary:
             value = state(decoder.spec, value)
-        generation = reply.get("generation")
-        if type(generation) is not int:
-            generation = device.state.generation
         now = round(time.time(), 3)
         payload = encode({"value": value, "ts": now, "generation": generation})
-        if not self.outbox.value(live.topic, payload):
-            live.missed = True  # (the broker is away: polled again once it is back)
+        if not self.outbox.value(live.topic, payload, retain=live.entity.retain):
+            live.group.missed = True  # (the broker is away: polled again once it is back)
             return
         live.counts.last_ts = now
         if live.failing:
@@ -207,11 +282,15 @@ class Entities:
             log.info("entity_recovered", device=live.entity.device, entity=live.entity.name)
 
     def poll_now(self, live: Live) -> None:
-        """Poll `live` at once (after its running poll, if one runs)."""
-        if live.running:
-            live.again = True
-        elif live.poll is not None and _up(self.devices[live.entity.device]):
-            self._start(live)
+        """Poll `live` (its group) at once (after its running poll, if one runs)."""
+        if live.group is not None:
+            self._poll_group_now(live.group)
+
+    def _poll_group_now(self, group: Group) -> None:
+        if group.running:
+            group.again = True
+        elif _up(self.devices[group.device]):
+            self._start(group)
 
     async def _call(self, device: Device, fields: dict[str, Any], size: int) -> dict[str, Any]:
         """One call in the bridge's turns for the device (`FairSlots`); its API reply."""
@@ -303,18 +382,18 @@ class Entities:
             await asyncio.sleep(interval)
 
 
-def _interleaved(lives: list[Live]) -> list[Live]:
-    """Each device's entities in turn with the other devices' (d1's first, d2's first, ...,
-    d1's second, ...): in the schedule a device's polls are then spread over the period,
-    not in a row."""
+def _interleaved(items: list[P]) -> list[P]:
+    """Each device's entities (or groups) in turn with the other devices' (d1's first, d2's
+    first, ..., d1's second, ...): in the schedule a device's polls are then spread over
+    the period, not in a row."""
     devices: dict[str, int] = {}
     place: Counter[str] = Counter()
     keyed = []
-    for live in lives:
-        device = live.entity.device
-        keyed.append((place[device], devices.setdefault(device, len(devices)), live))
+    for item in items:
+        device = item.entity.device if isinstance(item, Live) else item.device
+        keyed.append((place[device], devices.setdefault(device, len(devices)), item))
         place[device] += 1
-    return [live for *_, live in sorted(keyed, key=lambda k: k[:2])]
+    return [item for *_, item in sorted(keyed, key=lambda k: k[:2])]
 
 
 def _up(device: Device) -> bool:

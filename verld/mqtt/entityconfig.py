@@ -37,7 +37,7 @@ _CLASS = re.compile(r"[a-z0-9_]{1,64}")
 _ICON = re.compile(r"[a-z0-9_-]+:[a-z0-9_-]+")
 #: keys every kind may have, and what each kind adds (and needs)
 _COMMON = ("device", "name", "kind", "device_class", "icon")
-_POLLED = ("poll", "every", "value")
+_POLLED = ("poll", "every", "value", "retain")
 _KEYS: dict[str, tuple[str, ...]] = {
     "sensor": (*_POLLED, "unit", "state_class"),
     "binary_sensor": _POLLED,
@@ -59,6 +59,7 @@ _WHY_NOT = {
     "poll": "a button is pressed, not polled",
     "every": "a button is pressed, not polled",
     "value": "a button has no value",
+    "retain": "a button has no value",
 }
 
 
@@ -79,6 +80,7 @@ class Entity:
     device_class: str | None = None
     state_class: str | None = None
     icon: str | None = None
+    retain: bool = False  #: its values are published retained
     where: str = field(default="", compare=False)  #: its key path, for messages
 
     @property
@@ -132,6 +134,7 @@ _CHECKS: Mapping[str, Callable[[Item], Any]] = {
     "device_class": leaves.optional(_pattern_word(_CLASS, "a device class of [a-z0-9_]")),
     "state_class": leaves.optional(leaves.choice(STATE_CLASSES)),
     "icon": leaves.optional(_pattern_word(_ICON, "an icon such as mdi:flash")),
+    "retain": leaves.boolean,
 }
 
 

@@ -6,10 +6,11 @@ Strategy: four kinds of message, four rules.
   a latest-value map: a topic changed ten times while the broker was away is sent
   once, with its last value. After each (re)connect every retained topic is marked
   to be sent again, because the broker may have lost them (or be a new one).
-- Values (an entity's polled value, not retained) are kept as a latest-value map too:
-  at most one waits per entity, so a slow broker gets the newest value once, never a
-  backlog. A value is current only while it is fresh: one made while the broker is
-  away is dropped (counted), and so is one still waiting when the connection goes.
+- Values (an entity's polled value; retained only for an entity with `retain: true`)
+  are kept as a latest-value map too: at most one waits per entity, so a slow broker
+  gets the newest value once, never a backlog. A value is current only while it is
+  fresh: one made while the broker is away is dropped (counted), and so is one still
+  waiting when the connection goes.
 - A retained topic can also be cleared once (an empty retained message: a removed
   Home Assistant entity's config); a clear is not kept for the next connect.
 - Events go through a bounded FIFO; when it is full the oldest is dropped and
@@ -54,7 +55,7 @@ class Outbox:
         self._events: deque[Outgoing] = deque()
         self._events_max = events_max
         self._replies: deque[Outgoing] = deque()
-        self._values: dict[str, bytes] = {}  # (in the order they became due)
+        self._values: dict[str, tuple[bytes, bool]] = {}  # (in the order they became due)
         self._clears: dict[str, None] = {}
         self.events_dropped = 0
         self.replies_dropped = 0
@@ -77,15 +78,15 @@ class Outbox:
         self._events.append(Outgoing(topic, payload))
         self.wakeup()
 
-    def value(self, topic: str, payload: bytes) -> bool:
-        """An entity's new value (replacing one still waiting on `topic`); False (dropped,
-        counted) while the broker is not connected."""
+    def value(self, topic: str, payload: bytes, *, retain: bool = False) -> bool:
+        """An entity's new value (replacing one still waiting on `topic`), published
+        retained with `retain`; False (dropped, counted) while the broker is not connected."""
         if not self.connected:
             self.values_dropped += 1
             return False
         if self._values.pop(topic, None) is not None:
             self.values_dropped += 1  # (superseded before it went out)
-        self._values[topic] = payload
+        self._values[topic] = (payload, retain)
         self.wakeup()
         return True
 
@@ -145,7 +146,8 @@ class Outbox:
             return Outgoing(topic, b"", retain=True, kind="clear")
         if self._values:
             topic = next(iter(self._values))
-            return Outgoing(topic, self._values.pop(topic), kind="value")
+            payload, retain = self._values.pop(topic)
+            return Outgoing(topic, payload, retain=retain, kind="value")
         if self._events:
             return self._events.popleft()
         return None

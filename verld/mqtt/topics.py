@@ -24,9 +24,12 @@ import binascii
 import json
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verld import __version__
+
+if TYPE_CHECKING:
+    from verld.mqtt.config import DeviceInfo
 
 #: the link states verld reports, plus the bridge's own for a socket it cannot reach
 LINK_STATES = ("up", "down", "connecting", "inhibited")
@@ -241,8 +244,15 @@ def node_id(host: str, device: str) -> str:
     return f"verld_{ha_host(host)}_{device}"
 
 
-def device_block(host: str, device: str, codec: str | None, daemon: str | None) -> dict[str, Any]:
-    """The `device` block every discovery config of one verld device shares."""
+def device_block(
+    host: str,
+    device: str,
+    codec: str | None,
+    daemon: str | None,
+    info: DeviceInfo | None = None,
+) -> dict[str, Any]:
+    """The `device` block every discovery config of one verld device shares; `info` (its
+    `devices:` mapping) gives its name, model, manufacturer and suggested area."""
     ident: dict[str, Any] = {
         "identifiers": [node_id(host, device)],
         "name": f"verld {device} on {host}",
@@ -252,6 +262,14 @@ def device_block(host: str, device: str, codec: str | None, daemon: str | None) 
         ident["model"] = codec
     if daemon:
         ident["sw_version"] = daemon.removeprefix("verld ")
+    if info is not None:
+        given = {
+            "name": info.name,
+            "model": info.model,
+            "manufacturer": info.manufacturer,
+            "suggested_area": info.area,
+        }
+        ident.update((key, value) for key, value in given.items() if value is not None)
     return ident
 
 
@@ -259,19 +277,25 @@ ORIGIN = {"name": "verld-mqtt", "sw_version": __version__}
 
 
 def discovery(
-    topics: Topics, host: str, device: str, codec: str | None, daemon: str | None
+    topics: Topics,
+    host: str,
+    device: str,
+    codec: str | None,
+    daemon: str | None,
+    info: DeviceInfo | None = None,
 ) -> dict[str, bytes]:
     """Topic → retained discovery config for one device: a connectivity binary_sensor
     for the link, and total_increasing sensors for calls and failed calls.
 
-    `host` is the short host name; `daemon` verld's hello (`"verld X.Y.Z"`)."""
+    `host` is the short host name; `daemon` verld's hello (`"verld X.Y.Z"`); `info` what
+    its `devices:` mapping says of it (`device_block`)."""
     node = node_id(host, device)
     common: dict[str, Any] = {
         "availability_topic": topics.bridge_state,
         "availability_template": "{{ value_json.state }}",
         "payload_available": "online",
         "payload_not_available": "offline",
-        "device": device_block(host, device, codec, daemon),
+        "device": device_block(host, device, codec, daemon, info),
         "origin": ORIGIN,
     }
     link = {

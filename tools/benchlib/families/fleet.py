@@ -13,7 +13,11 @@ bridge is stopped, the fleet grows to `--rss-devices`, a fresh bridge connects t
 of them, a fleet load goes through it, and its VmRSS is read. The `entities` phase: a
 fresh bridge polls `ENT_PER` entities on each of those devices every second (`entities:`,
 each a verl echo decoded as a uint32 and checked), with no calls through it, and its CPU
-over a window and its VmRSS are read.
+over a window and its VmRSS are read. The `groups` phase: the same entities on the same
+devices, first each with a poll of its own (`apart`: one read per entity, as before
+grouped reads), then `ENT_GROUP` at a time sharing one poll (`grouped`: each decodes its
+own 4 bytes of the one reply); the verlds' calls per second over a window (their
+`calls_ok` counters: the bus time the bridge takes) and the values published in it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from benchlib.report import Figure, Target, fmt, get, median, ratio
 BASE, ECHO_BASE, RSS_BASE, ENT_BASE = "verld/bench", "echo/bench", "verld/rss", "verld/ent"
 MIN_CALLS_EACH = 3  #: calls each device must answer in the RSS window
 ENT_PER = 10  #: entities per device in the entities phase
+ENT_GROUP = 5  #: entities sharing one poll in the groups phase's `grouped` run
 F = Figure
 FIGURES = (
     F("lock_p50_us", "lock-step round trip, p50 (µs)", 1, "lock.latency_us.p50"),
@@ -70,6 +75,41 @@ FIGURES = (
     F("ent_cpu_us", "  bridge CPU µs per poll", 1, "entities:polls.cpu_us_per_poll", ("mqtt",)),
     F("ent_rate", "  values published per second", 0, "entities:polls.rate", ("mqtt",)),
     F("ent_rss_mib", "  bridge RSS (MiB)", 1, "entities:polls.rss_mib", ("mqtt",)),
+    F(
+        "grp_calls_apart",
+        "  verld calls/s, a read per entity ({ent_devices} × {ent_per} every {ent_every:g} s)",
+        0,
+        "groups:apart.calls_per_s",
+        ("mqtt",),
+    ),
+    F(
+        "grp_calls_grouped",
+        "  verld calls/s, {ent_group} entities per read",
+        0,
+        "groups:grouped.calls_per_s",
+        ("mqtt",),
+    ),
+    F(
+        "grp_values",
+        "  values published per second, grouped",
+        0,
+        "groups:grouped.values_per_s",
+        ("mqtt",),
+    ),
+    F(
+        "grp_cpu_apart",
+        "  bridge CPU, % of a core, a read each",
+        1,
+        "groups:apart.cpu_percent",
+        ("mqtt",),
+    ),
+    F(
+        "grp_cpu_grouped",
+        "  bridge CPU, % of a core, grouped",
+        1,
+        "groups:grouped.cpu_percent",
+        ("mqtt",),
+    ),
 )
 P50 = "{path}.lock.latency_us.p50"
 TARGETS = (
@@ -100,6 +140,14 @@ TARGETS = (
         2.5,
         "×",
         ratio("mqtt.lock.latency_us.p50", "direct.lock.latency_us.p50"),
+    ),
+    Target(
+        "verld calls/s for the same entities: a read each / {ent_group} per read",
+        "info",
+        ">=",
+        ENT_GROUP * 0.9,
+        "×",
+        ratio("groups:mqtt.apart.calls_per_s", "groups:mqtt.grouped.calls_per_s"),
     ),
     Target(
         "mqtt / echo calls/s, 4 × 8 over {n} devices",
@@ -222,6 +270,7 @@ class Fleet(Family):
             ),
             Phase("rss", (Path("mqtt", run=self.rss),), rounds=1),
             Phase("entities", (Path("mqtt", run=self.entities),), rounds=1),
+            Phase("groups", (Path("mqtt", run=self.groups),), rounds=1),
         ]
 
     def _check(
@@ -294,6 +343,54 @@ class Fleet(Family):
         self._check_entities(run, out, values.wrong, code, bridge.log_path.read_text())
         return {"polls": out}
 
+    def groups(self, run: Run) -> Result:
+        """The same entities read apart, then ENT_GROUP per read: the verlds' calls/s."""
+        self.devices.grow(self.rss_devices, timeout=120)
+        devices = list(self.devices.all.values())
+        every, window = (0.2, 0.5) if run.quick else (1.0, 5.0)
+        out: Result = {}
+        for layout, group in (("apart", 1), ("grouped", ENT_GROUP)):
+            run.say(
+                f"  groups: {len(devices)} devices × {ENT_PER} every {every:g} s, {group} per "
+                f"read, {window:g} s window"
+            )
+            out[layout] = self._grouped(run, devices, every, window, group)
+        return out
+
+    def _grouped(
+        self, run: Run, devices: list[Device], every: float, window: float, group: int
+    ) -> Result:
+        values = Values(self.broker.port, ENT_BASE)
+        bridge = EntityBridge(run, self.broker.port, devices, every, self.checkout, group)
+        names = [d.name for d in devices]
+        try:
+            values.wait_all(len(devices) * ENT_PER, 30 + len(devices), bridge)
+            time.sleep(0.05 if run.quick else 1.0)  # (the first polls at link up are behind)
+            before, t0 = self.devices.counters(names), time.monotonic()
+            start = CpuMark.take([bridge.pid])
+            time.sleep(window)
+            end = CpuMark.take([bridge.pid])
+            after, t1 = self.devices.counters(names), time.monotonic()
+            memory = memory_kb(bridge.pid)
+            counts = values.counted(start.t, end.t)
+        finally:
+            values.close()
+            code = bridge.stop()
+        calls = sum(after[n]["calls_ok"] - before[n]["calls_ok"] for n in names)
+        failed = sum(after[n]["calls_failed"] - before[n]["calls_failed"] for n in names)
+        used = end.since(start, [bridge.pid])
+        out = _polls(len(devices), every, end.t - start.t, counts, used, memory)
+        out.update(  # (verld_calls, not calls: this is no call workload's result)
+            per_read=group,
+            verld_calls=calls,
+            calls_per_s=round(calls / (t1 - t0), 1),
+            values_per_s=out["rate"],
+        )
+        if failed:
+            run.errors.append(f"groups: {failed} device calls failed ({group} per read)")
+        self._check_entities(run, out, values.wrong, code, bridge.log_path.read_text())
+        return out
+
     def _check_entities(self, run: Run, out: Result, wrong: list[str], code: int, log: str) -> None:
         if wrong:
             run.errors.append(f"entities: {len(wrong)} wrong values ({'; '.join(wrong[:3])})")
@@ -319,6 +416,7 @@ class Fleet(Family):
             "ent_devices": self.rss_devices,
             "ent_per": ENT_PER,
             "ent_every": 0.2 if run.quick else 1.0,
+            "ent_group": ENT_GROUP,
             "versions": f"mosquitto {self.version}, aiomqtt {metadata.version('aiomqtt')}, "
             f"paho-mqtt {metadata.version('paho-mqtt')}; {self.n} devices",
         }
@@ -381,10 +479,18 @@ class Fleet(Family):
 
 class EntityBridge(MqttBridge):
     """verld-mqtt polling ENT_PER sensors on each device every `every` s, and nothing else:
-    entity k of a device echoes k as 4 bytes (verl opcode 01), decoded as a uint32."""
+    entity k of a device echoes k as 4 bytes (verl opcode 01), decoded as a uint32; with
+    `group` > 1, `group` entities in a row share one poll echoing all their numbers, each
+    reading its own 4 bytes of the reply."""
 
     def __init__(
-        self, run: Run, port: int, devices: list[Device], every: float, checkout: FsPath | None
+        self,
+        run: Run,
+        port: int,
+        devices: list[Device],
+        every: float,
+        checkout: FsPath | None,
+        group: int = 1,
     ) -> None:
         self.procs, self.base = run.procs, ENT_BASE
         entities = [
@@ -393,8 +499,8 @@ class EntityBridge(MqttBridge):
                 "name": f"v{k}",
                 "kind": "sensor",
                 "every": every,
-                "poll": {"hex": f"01{k:08x}"},
-                "value": {"offset": 0, "type": "uint32"},
+                "poll": {"hex": _echoing(k - k % group, group)},
+                "value": {"offset": 4 * (k % group), "type": "uint32"},
             }
             for d in devices
             for k in range(ENT_PER)
@@ -415,6 +521,12 @@ class EntityBridge(MqttBridge):
         with open(self.log_path, "ab") as out:
             self.proc = run.procs.spawn(argv, stdout=out, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
+
+
+def _echoing(first: int, group: int) -> str:
+    """The poll of entities first.. first+group-1 (at most ENT_PER-1): a verl echo of their
+    numbers, 4 bytes each."""
+    return "01" + "".join(f"{k:08x}" for k in range(first, min(first + group, ENT_PER)))
 
 
 class Values(Watcher):
