@@ -20,6 +20,8 @@ class ModbusStatus(TypedDict):
     #: exception responses by code, the code in decimal as JSON keys are strings
     exceptions: dict[str, int]
     closed_malformed: int
+    #: connections refused at accept, by why (`allow`, `tls`, `limit`)
+    refused: dict[str, int]
 
 
 def metrics(st: Mapping[str, Any]) -> list[Family]:
@@ -40,12 +42,13 @@ def rows(st: Mapping[str, Any]) -> Rows:
         return []
     exceptions = front.get("exceptions") or {}
     shown = ", ".join(f"{_code(code)} x{n}" for code, n in exceptions.items()) or "none"
+    refused = ", ".join(f"{k} x{n}" for k, n in (front.get("refused") or {}).items()) or "0"
     return [
         (
             "modbus",
             f"{front.get('listen')}  {front.get('connections')} connections  "
             f"calls {front.get('calls')}  exceptions {shown}  "
-            f"malformed {front.get('closed_malformed')}",
+            f"malformed {front.get('closed_malformed')}  refused {refused}",
         )
     ]
 
