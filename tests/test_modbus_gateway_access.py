@@ -55,10 +55,15 @@ def check_config(tmp: Path, modbus: dict[str, object]) -> subprocess.CompletedPr
     return run_check(config)
 
 
+def records(g: Gateway, event: str) -> list[dict[str, Any]]:
+    """The gateway's log records (JSON lines) of `event`."""
+    lines = g.daemon.log_path.read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("event") == event]
+
+
 def refusals(g: Gateway) -> list[dict[str, Any]]:
-    """The `modbus_refused` records of the gateway's log (JSON lines)."""
-    records = [json.loads(line) for line in g.daemon.log_path.read_text().splitlines()]
-    return [r for r in records if r.get("event") == "modbus_refused"]
+    """The `modbus_refused` records of the gateway's log."""
+    return records(g, "modbus_refused")
 
 
 def run_check(path: Path) -> subprocess.CompletedProcess[str]:
@@ -73,7 +78,7 @@ def run_check(path: Path) -> subprocess.CompletedProcess[str]:
 
 class TestTls:
     def test_a_client_with_a_certificate_reads_registers_over_tls(self, tmp_path: Path) -> None:
-        """ModbusTlsClient with a certificate from the CA reads unit 1's holding registers."""
+        """ModbusTlsClient with a certificate from the CA reads registers; its subject is logged."""
         pki = Pki(tmp_path / "pki")
         g = tls_gateway(tmp_path, pki)
         try:
@@ -87,6 +92,9 @@ class TestTls:
                 c.close()  # type: ignore[no-untyped-call]
             st = g.daemon.status()["modbus"]
             assert st["refused"] == {} and st["calls"] == 1
+            assert [r.get("subject") for r in records(g, "modbus_connected")] == [
+                "commonName=bench-client"
+            ]
         finally:
             g.close()
 

@@ -39,6 +39,7 @@ from verld.fronts.network.access import (
     peer_host,
     private_network,
     tls_context,
+    tls_subject,
 )
 from verld.reloads import Serialised
 
@@ -273,7 +274,8 @@ class ModbusServer:
             conn.close()
             return
         self.conns.add(conn)
-        log.info("modbus_connected", client=repr(conn))
+        subject = tls_subject(conn.transport) if conn.transport is not None else None
+        log.info("modbus_connected", client=repr(conn), **({"subject": subject} if subject else {}))
 
     def detach(self, conn: ModbusConn) -> None:
         if conn in self.conns:

@@ -17,6 +17,7 @@ for ever.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 import ssl
@@ -78,6 +79,14 @@ def _why(exc: OSError) -> str:
     if isinstance(exc, ssl.SSLError):
         return str(exc.reason or exc)
     return exc.strerror or str(exc)
+
+
+def tls_subject(transport: asyncio.BaseTransport) -> str | None:
+    """The TLS client certificate's subject ("commonName=scada-1"), None without one."""
+    cert = transport.get_extra_info("peercert")
+    if not cert:
+        return None
+    return ",".join(f"{k}={v}" for rdn in cert.get("subject", ()) for k, v in rdn)
 
 
 def keepalive(sock: socket.socket) -> None:
