@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pki import Pki
 from pymodbus.client import ModbusTcpClient, ModbusTlsClient
 from pymodbus.exceptions import ModbusException
@@ -135,6 +136,67 @@ class TestTls:
         finally:
             g.close()
 
+    def test_unfinished_handshakes_count_toward_max_connections(self, tmp_path: Path) -> None:
+        """max_connections 2: two connects that never say hello take both slots (a third is
+        refused, why limit); once they go, a master with a certificate reads."""
+        pki = Pki(tmp_path / "pki")
+        g = tls_gateway(tmp_path, pki, max_connections=2)
+        try:
+            silent = [g.raw(), g.raw()]
+            third = g.raw()
+            assert third.recv(100) == b""
+            third.close()
+            wait_for(lambda: g.daemon.status()["modbus"]["refused"] == {"limit": 1}, 5, "limit")
+            for s in silent:
+                s.close()
+            ctx = client_context(pki, pki.client())
+
+            def reads() -> bool:
+                c = ModbusTlsClient("127.0.0.1", port=g.port, sslctx=ctx, timeout=3, retries=0)
+                try:
+                    c.connect()  # type: ignore[no-untyped-call]
+                    return bool(
+                        c.read_holding_registers(0, count=1, device_id=1).registers == [100]
+                    )
+                except (ModbusException, OSError):
+                    return False
+                finally:
+                    c.close()  # type: ignore[no-untyped-call]
+
+            wait_for(reads, 10, "a slot free again")
+        finally:
+            g.close()
+
+    def test_a_reload_changing_tls_closes_the_connections(self, tmp_path: Path) -> None:
+        """A reload with another `tls` (no ca): the open TLS connection is closed; a client
+        without a certificate is then served."""
+        pki = Pki(tmp_path / "pki")
+        g = tls_gateway(tmp_path, pki)
+        try:
+            ctx = client_context(pki, pki.client())
+            conn = ctx.wrap_socket(g.raw())
+            wait_for(lambda: g.daemon.status()["modbus"]["connections"] == 1, 5, "connected")
+            cfg = yaml.safe_load(g.daemon.config.read_text())
+            del cfg["modbus"]["tls"]["ca"]
+            g.daemon.config.write_text(yaml.safe_dump(cfg))
+            assert g.daemon.client().request("reload")["changed"] == ["modbus.tls.ca"]
+            try:
+                assert conn.recv(100) == b""
+            except (ssl.SSLError, OSError):
+                pass  # (closed: how the TLS layer says so)
+            conn.close()
+            anonymous = ModbusTlsClient(
+                "127.0.0.1", port=g.port, sslctx=client_context(pki, None), timeout=3, retries=0
+            )
+            try:
+                assert anonymous.connect()  # type: ignore[no-untyped-call]
+                r = anonymous.read_holding_registers(0, count=1, device_id=1)
+                assert r.registers == [100]
+            finally:
+                anonymous.close()  # type: ignore[no-untyped-call]
+        finally:
+            g.close()
+
 
 class TestAllow:
     def test_an_address_outside_allow_is_refused_and_counted(self, tmp_path: Path) -> None:
@@ -161,6 +223,8 @@ class TestAllow:
             assert [(r["why"], r["peer"].rpartition(":")[0]) for r in refusals(g)] == [
                 ("allow", "127.0.0.2")
             ]
+            text = g.daemon.client().request("metrics")["text"]
+            assert 'verld_modbus_refused_total{why="allow"} 1' in text
         finally:
             g.close()
 

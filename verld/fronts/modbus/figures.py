@@ -1,6 +1,6 @@
 """How the Modbus TCP front's part of `status` (`modbus`) reads: verlctl's `modbus`
-row (its calls are in `verld_front_calls_total`; it adds no series of its own). No
-I/O: verlctl imports it."""
+row and its one series, `verld_modbus_refused_total` (its calls are in
+`verld_front_calls_total`). No I/O: verlctl imports it."""
 
 from __future__ import annotations
 
@@ -25,8 +25,18 @@ class ModbusStatus(TypedDict):
 
 
 def metrics(st: Mapping[str, Any]) -> list[Family]:
-    """None of its own."""
-    return []
+    """Connections refused at the gateway, by why (none while it is off)."""
+    front = st.get("modbus")
+    if not isinstance(front, dict):
+        return []
+    refused = Family(
+        "verld_modbus_refused_total",
+        "counter",
+        "Connections refused at the Modbus TCP gateway, by why.",
+    )
+    for why, n in sorted((front.get("refused") or {}).items()):
+        refused.add(n, why=why)
+    return [refused]
 
 
 def _code(code: object) -> str:
