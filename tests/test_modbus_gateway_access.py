@@ -137,8 +137,7 @@ class TestTls:
             g.close()
 
     def test_unfinished_handshakes_count_toward_max_connections(self, tmp_path: Path) -> None:
-        """max_connections 2: two connects that never say hello take both slots (a third is
-        refused, why limit); once they go, a master with a certificate reads."""
+        """Silent connects take the 2 slots (a third: why limit); once gone, a master reads."""
         pki = Pki(tmp_path / "pki")
         g = tls_gateway(tmp_path, pki, max_connections=2)
         try:
@@ -168,8 +167,7 @@ class TestTls:
             g.close()
 
     def test_a_reload_changing_tls_closes_the_connections(self, tmp_path: Path) -> None:
-        """A reload with another `tls` (no ca): the open TLS connection is closed; a client
-        without a certificate is then served."""
+        """A reload dropping tls.ca closes the TLS connection; then no certificate is needed."""
         pki = Pki(tmp_path / "pki")
         g = tls_gateway(tmp_path, pki)
         try:
