@@ -42,7 +42,8 @@ SLOW_MODULES: frozenset[str] = frozenset(
         "test_plugins.py", "test_plugins_dynamixel.py",
         # third-party peers: independent device, pymodbus, ser2net, gpsd/picocom/socat,
         # tmux, socat pty rigs, and the SCPI instrument fake on ptys with long timeouts
-        "test_interop.py", "test_modbus_gateway.py", "test_modbus_pymodbus.py",
+        "test_interop.py", "test_modbus_gateway.py", "test_modbus_gateway_access.py",
+        "test_modbus_pymodbus.py",
         "test_modbusrig.py", "test_rfc2217_ser2net.py", "test_ports_programs.py",
         "test_top.py", "test_instruments.py", "test_instrument_fake.py",
         # verld-mqtt against a real mosquitto broker (TLS too), and its fleet docs' checks

@@ -599,7 +599,7 @@ COUNTERS = [
 
 
 def test_status_shows_the_modbus_front_when_it_is_on() -> None:
-    """A `modbus` row: address, connections, calls, exceptions by code; none when off."""
+    """A `modbus` row: address, connections, calls, exceptions, refusals by why; none when off."""
     from verld.ctl.render import render_status
 
     base = {
@@ -626,11 +626,13 @@ def test_status_shows_the_modbus_front_when_it_is_on() -> None:
         "calls": 9,
         "exceptions": {"11": 3},
         "closed_malformed": 1,
+        "refused": {"allow": 2, "tls": 1},
     }
     row = next(
         r for r in render_status({**base, "modbus": front}).splitlines() if r.startswith("modbus")
     )
     assert "127.0.0.1:1502" in row and "2 connections" in row and "0x0b x3" in row
+    assert "refused allow x2, tls x1" in row
 
 
 def test_units_show_errors_only_when_some_unit_has_them() -> None:

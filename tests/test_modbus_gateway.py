@@ -270,13 +270,14 @@ class TestFailures:
         assert gw.daemon.status()["modbus"]["closed_malformed"] == 1
 
     def test_connections_beyond_max_connections_are_closed(self, tmp_path: Path) -> None:
-        """max_connections 2: the third is closed at once, the first two work."""
+        """max_connections 2: the third is closed at once (refused, why limit); two work."""
         g = Gateway(tmp_path, max_connections=2)
         try:
             a, b = g.raw(), g.raw()
             wait_for(lambda: g.daemon.status()["modbus"]["connections"] == 2, 5, "2 connections")
             c = g.raw()
             assert c.recv(100) == b""
+            assert g.daemon.status()["modbus"]["refused"] == {"limit": 1}
             a.sendall(mbap(1, bytes.fromhex("010300000001")))
             assert recv_frames(a, 1)[0][1] == bytes.fromhex("0103020064")
             for s in (a, b, c):
@@ -402,7 +403,7 @@ def test_listen_without_a_modbus_codec_is_a_config_error(tmp_path: Path) -> None
 
 
 def test_status_reports_the_front(gw: Gateway) -> None:
-    """status.modbus: listen, connections, calls, exceptions by code, closed_malformed."""
+    """status.modbus: listen, connections, calls, exceptions by code, closed_malformed, refused."""
     master = gw.master()
     master.read_holding_registers(0, count=1, device_id=1)
     master.write_register(0, 1, device_id=1)
@@ -413,6 +414,7 @@ def test_status_reports_the_front(gw: Gateway) -> None:
         "calls": 2,
         "exceptions": {"1": 1},
         "closed_malformed": 0,
+        "refused": {},
     }
     with pytest.raises(ClientError):  # (and the API still refuses what is not Modbus)
         gw.daemon.client().call(b"\x01")

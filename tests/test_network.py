@@ -37,7 +37,7 @@ from verld.codec.base import Kind
 from verld.codec.length import encode as length_encode
 from verld.codec.verl import VerlCodec, encode_frame
 from verld.config import parse_config
-from verld.fronts.network import entry as entry_module
+from verld.fronts import gate as gate_module
 from verld.fronts.network.entry import Entry
 from verld.testing import DaemonProc, SimProc, stop_process, wait_for, write_config
 from verld.testing.session import SessionRig
@@ -605,7 +605,7 @@ def test_a_crash_taking_a_connection_is_logged_and_accepting_goes_on(
     def broken(sock: socket.socket) -> None:
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(entry_module, "keepalive", broken)
+    monkeypatch.setattr(gate_module, "keepalive", broken)
 
     async def main() -> set[asyncio.Task[Any]]:
         entry = Entry(core, cfg, cfg.network[0])
@@ -634,7 +634,7 @@ def test_a_crash_of_accept_itself_is_logged_and_accepting_starts_again(
     """An accept that raises what it should not is logged; the loop accepts again after a pause."""
     cfg = parse_config(ENTRY_CONFIG)
     core = SessionRig(cfg, core=True).core
-    monkeypatch.setattr(entry_module, "ACCEPT_PAUSE", 0.01)
+    monkeypatch.setattr(gate_module, "ACCEPT_PAUSE", 0.01)
     accepts: list[int] = []
 
     async def main() -> set[asyncio.Task[Any]]:

@@ -118,6 +118,16 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS on a network port or the Modbus TCP gateway: the server's certificate and
+    key (PEM); with `ca`, clients must present a certificate it issued."""
+
+    cert: str = ""
+    key: str = ""
+    ca: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ModbusConfig:
     """Modbus settings: the bus (codecs modbus-rtu/modbus-tcp) and the Modbus TCP front."""
 
@@ -128,6 +138,8 @@ class ModbusConfig:
     turnaround: float = 0.1  #: seconds a broadcast (unit 0 on modbus-rtu) holds the bus
     offline_after: int = 3  #: calls in a row whose every try timed out: the unit is offline
     offline_backoff: float = 5.0  #: seconds an offline unit's calls fail at once
+    allow: tuple[str, ...] = ()  #: client networks (CIDR) that may connect; empty: anyone
+    tls: TlsConfig | None = None  #: Modbus/TCP Security: `listen` speaks TLS only
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,16 +151,6 @@ class PortConfig:
     group: str | int | None = None  #: the pty node's group (None: verld's own)
     write: bool = True  #: False: read-only, the program gets events only
     events: bool = True  #: device events are written to this port
-
-
-@dataclass(frozen=True, slots=True)
-class TlsConfig:
-    """TLS on a network port: the server's certificate and key (PEM); with `ca`,
-    clients must present a certificate it issued."""
-
-    cert: str = ""
-    key: str = ""
-    ca: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,9 @@ required, names unique (two entries on one port number need a `name`), and the
 access rule: an entry open beyond loopback, and every `passthrough` entry, needs a
 non-empty `allow` or a `tls.ca` (whoever reaches a passthrough port can reflash
 the device). `exposed` is the same rule for a socket systemd passed, at start.
+`allow_list` and `tls_settings` check `modbus.allow` and `modbus.tls` too, and
+`modbus_exposed` is the Modbus TCP gateway's rule: a writable one beyond loopback
+needs a non-empty `allow` or `tls.ca` (at check-config, and for a passed socket).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import ipaddress
 import re
 
 from verld.config import leaves
-from verld.config.model import NET_MODES, NET_PROTOCOLS, NetworkConfig, TlsConfig
+from verld.config.model import NET_MODES, NET_PROTOCOLS, ModbusConfig, NetworkConfig, TlsConfig
 from verld.config.validate import BadValue, Item, Section, build, entries, expected, given
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -53,7 +56,8 @@ def _cidr(item: Item) -> str:
     return str(net)
 
 
-def _allow(item: Item) -> tuple[str, ...]:
+def allow_list(item: Item) -> tuple[str, ...]:
+    """An `allow` list (a network entry's, `modbus.allow`): client networks."""
     if isinstance(item.value, str):
         raise BadValue(f"expected a list of networks, got {given(item)}; write [{item.value}]")
     found: list[str] = []
@@ -83,7 +87,8 @@ def _missing(item: Item) -> str:
     raise expected(item, "a PEM file path")
 
 
-def _tls(item: Item) -> TlsConfig:
+def tls_settings(item: Item) -> TlsConfig:
+    """A `tls` mapping (a network entry's, `modbus.tls`): cert and key required."""
     tls: TlsConfig = build(item, _TLS)
     if not tls.cert or not tls.key:
         raise BadValue("TLS needs cert and key (PEM files): tls: {cert: PATH, key: PATH, ca: null}")
@@ -104,9 +109,9 @@ ENTRY = Section(
         "write": leaves.boolean,
         "events": leaves.boolean,
         "max_connections": leaves.integer(1),
-        "allow": _allow,
+        "allow": allow_list,
         "idle_timeout": leaves.optional(leaves.seconds(zero_ok=True)),
-        "tls": leaves.optional(_tls),
+        "tls": leaves.optional(tls_settings),
     },
 )
 
@@ -124,10 +129,16 @@ def loopback(host: str) -> bool:
     return address.is_loopback
 
 
+def guarded(allow: tuple[str, ...], tls: TlsConfig | None) -> bool:
+    """A listener with this `allow` and `tls` lets in only whom it names: a non-empty
+    `allow`, or client certificates (`tls.ca`)."""
+    return bool(allow) or (tls is not None and bool(tls.ca))
+
+
 def exposed(entry: NetworkConfig, host: str) -> str | None:
     """Why `entry`, listening on `host`, may not serve as configured (None: it may):
     beyond loopback, or in passthrough, it needs a non-empty `allow` or `tls.ca`."""
-    if entry.allow or (entry.tls is not None and entry.tls.ca):
+    if guarded(entry.allow, entry.tls):
         return None
     if entry.mode == "passthrough":
         return (
@@ -140,6 +151,20 @@ def exposed(entry: NetworkConfig, host: str) -> str | None:
             'add allow: [CIDR, ...] or tls.ca (allow: ["0.0.0.0/0", "::/0"] lets in anyone)'
         )
     return None
+
+
+def modbus_exposed(modbus: ModbusConfig, host: str) -> str | None:
+    """Why the Modbus TCP gateway, listening on `host`, may not serve as configured
+    (None: it may): a writable gateway beyond loopback needs a non-empty `allow` or
+    `tls.ca` (Modbus TCP has no authentication: a write moves real equipment)."""
+    if modbus.read_only or guarded(modbus.allow, modbus.tls) or loopback(host):
+        return None
+    return (
+        f"a writable Modbus gateway (read_only: false) on {host}, beyond loopback, lets "
+        "anyone who reaches it write to the equipment: add modbus.allow: [YOUR LAN CIDR] "
+        "or modbus.tls with a ca (client certificates); "
+        'modbus.allow: ["0.0.0.0/0", "::/0"] keeps an open gateway on purpose'
+    )
 
 
 def network(item: Item) -> tuple[NetworkConfig, ...]:

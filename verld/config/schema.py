@@ -27,6 +27,7 @@ from verld.config.model import (
     DeviceConfig,
     LogConfig,
 )
+from verld.config.network import modbus_exposed
 from verld.config.sections import CONFIG, SECTION_KEYS, codec
 from verld.config.suggest import unknown_flat_key, unknown_section
 from verld.config.validate import (
@@ -197,6 +198,11 @@ def cross_check(config: Config, ctx: Context) -> None:
         _check_rs485(device.port, ctx)
     if ctx.ok("modbus.listen", "device.codec") and config.modbus.listen is not None:
         _check_modbus_listen(device.codec, ctx)
+    modbus = config.modbus
+    if ctx.ok(*_MODBUS_ACCESS) and modbus.listen is not None:
+        why = modbus_exposed(modbus, modbus.listen.rpartition(":")[0].strip("[]"))
+        if why is not None:
+            ctx.error_at(("modbus.read_only", "modbus.listen"), why)
     if ctx.ok("heartbeat.expect", "device.codec") and heartbeat.expect is not None:
         if not spec(device.codec).text:
             ctx.error_at(
@@ -221,6 +227,10 @@ def _check_rs485(port: str, ctx: Context) -> None:
             "(a network server sets its own line mode); remove rs485 or set device.port to "
             "the serial device",
         )
+
+
+#: the keys the Modbus gateway's access rule reads (`modbus_exposed`)
+_MODBUS_ACCESS = ("modbus.listen", "modbus.read_only", "modbus.allow", "modbus.tls")
 
 
 def _check_modbus_listen(codec: str, ctx: Context) -> None:

@@ -37,6 +37,7 @@ from verld.config.model import (
     Rs485Config,
 )
 from verld.config.network import ENTRY as _NETWORK_ENTRY
+from verld.config.network import allow_list, tls_settings
 from verld.config.network import network as _network
 from verld.config.validate import BadValue, Check, Item, Section, build, entries
 
@@ -146,6 +147,8 @@ _MODBUS = Section(
         "turnaround": leaves.seconds(zero_ok=True),
         "offline_after": _POSITIVE,
         "offline_backoff": leaves.seconds(zero_ok=True),
+        "allow": allow_list,
+        "tls": leaves.optional(tls_settings),
     },
 )
 _PORT = Section(

@@ -88,10 +88,10 @@ class _Slot:
 class ModbusConn(asyncio.Protocol):
     """One Modbus TCP master."""
 
-    def __init__(self, front: ConnHost, serial: int) -> None:
+    def __init__(self, front: ConnHost, serial: int, peer: str = "?") -> None:
         self.front = front
         self.serial = serial
-        self.peer = "?"
+        self.peer = peer  #: "HOST:PORT"
         self.transport: asyncio.Transport | None = None
         self.decoder = RequestDecoder()
         self.slots: deque[_Slot] = deque()
@@ -113,9 +113,6 @@ class ModbusConn(asyncio.Protocol):
     # --- asyncio callbacks ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # (uvloop's is not a subclass)
-        peer = self.transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            self.peer = f"{peer[0]}:{peer[1]}"
         self.front.attach(self)
         if not self.closed:
             self.touch()

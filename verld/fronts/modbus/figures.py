@@ -1,6 +1,6 @@
 """How the Modbus TCP front's part of `status` (`modbus`) reads: verlctl's `modbus`
-row (its calls are in `verld_front_calls_total`; it adds no series of its own). No
-I/O: verlctl imports it."""
+row and its one series, `verld_modbus_refused_total` (its calls are in
+`verld_front_calls_total`). No I/O: verlctl imports it."""
 
 from __future__ import annotations
 
@@ -20,11 +20,23 @@ class ModbusStatus(TypedDict):
     #: exception responses by code, the code in decimal as JSON keys are strings
     exceptions: dict[str, int]
     closed_malformed: int
+    #: connections refused at accept, by why (`allow`, `tls`, `limit`)
+    refused: dict[str, int]
 
 
 def metrics(st: Mapping[str, Any]) -> list[Family]:
-    """None of its own."""
-    return []
+    """Connections refused at the gateway, by why (none while it is off)."""
+    front = st.get("modbus")
+    if not isinstance(front, dict):
+        return []
+    refused = Family(
+        "verld_modbus_refused_total",
+        "counter",
+        "Connections refused at the Modbus TCP gateway, by why.",
+    )
+    for why, n in sorted((front.get("refused") or {}).items()):
+        refused.add(n, why=why)
+    return [refused]
 
 
 def _code(code: object) -> str:
@@ -40,12 +52,13 @@ def rows(st: Mapping[str, Any]) -> Rows:
         return []
     exceptions = front.get("exceptions") or {}
     shown = ", ".join(f"{_code(code)} x{n}" for code, n in exceptions.items()) or "none"
+    refused = ", ".join(f"{k} x{n}" for k, n in (front.get("refused") or {}).items()) or "0"
     return [
         (
             "modbus",
             f"{front.get('listen')}  {front.get('connections')} connections  "
             f"calls {front.get('calls')}  exceptions {shown}  "
-            f"malformed {front.get('closed_malformed')}",
+            f"malformed {front.get('closed_malformed')}  refused {refused}",
         )
     ]
 

@@ -1,6 +1,8 @@
-"""Who may connect to a network port: the allow list, TLS, keepalive.
+"""Who may connect to a network port or the Modbus TCP gateway: the allow list, TLS,
+keepalive.
 
-Strategy: plain functions over the entry's config, no state. `allowed` matches a
+Strategy: plain functions over a listener's `allow` and `tls` settings (a network
+entry's, `modbus`'s), no state. `allowed` matches a
 peer address against `allow` (an IPv4 client of a dual-stack `[::]` listener comes
 as `::ffff:a.b.c.d` and is matched as IPv4); `tls_context` reads the entry's PEM
 files once (at start, at reload) into a server context, TLS 1.2 or later, client
@@ -15,11 +17,13 @@ for ever.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 import ssl
+from collections.abc import Sequence
 
-from verld.config import NetworkConfig
+from verld.config import TlsConfig
 from verld.errors import ServeError
 
 #: keepalive: first probe after 30 s of silence, then every 10 s, 3 unanswered: gone
@@ -39,20 +43,19 @@ def peer_address(host: str) -> _Address | None:
     return address
 
 
-def allowed(entry: NetworkConfig, host: str) -> bool:
-    """`host` may connect to `entry` (an empty `allow`: anyone who reaches it)."""
-    if not entry.allow:
+def allowed(allow: Sequence[str], host: str) -> bool:
+    """`host` may connect to a listener with `allow` (empty: anyone who reaches it)."""
+    if not allow:
         return True
     address = peer_address(host)
     if address is None:
         return False
-    return any(address in ipaddress.ip_network(net) for net in entry.allow)
+    return any(address in ipaddress.ip_network(net) for net in allow)
 
 
-def tls_context(entry: NetworkConfig) -> ssl.SSLContext | None:
-    """The entry's server TLS context (None without `tls`); `ServeError` naming the
-    file that cannot be read or used."""
-    tls = entry.tls
+def tls_context(tls: TlsConfig | None, label: str) -> ssl.SSLContext | None:
+    """A listener's server TLS context (None without `tls`); `ServeError` naming the
+    listener (`label`: "network 4000", "modbus") and the file that cannot be read or used."""
     if tls is None:
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -61,14 +64,12 @@ def tls_context(entry: NetworkConfig) -> ssl.SSLContext | None:
     try:
         ctx.load_cert_chain(tls.cert, tls.key)
     except (OSError, ssl.SSLError) as exc:
-        raise ServeError(
-            f"network {entry.label}: tls cert {tls.cert} / key {tls.key}: {_why(exc)}"
-        ) from None
+        raise ServeError(f"{label}: tls cert {tls.cert} / key {tls.key}: {_why(exc)}") from None
     if tls.ca:
         try:
             ctx.load_verify_locations(tls.ca)
         except (OSError, ssl.SSLError) as exc:
-            raise ServeError(f"network {entry.label}: tls ca {tls.ca}: {_why(exc)}") from None
+            raise ServeError(f"{label}: tls ca {tls.ca}: {_why(exc)}") from None
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 
@@ -78,6 +79,14 @@ def _why(exc: OSError) -> str:
     if isinstance(exc, ssl.SSLError):
         return str(exc.reason or exc)
     return exc.strerror or str(exc)
+
+
+def tls_subject(transport: asyncio.BaseTransport) -> str | None:
+    """The TLS client certificate's subject ("commonName=scada-1"), None without one."""
+    cert = transport.get_extra_info("peercert")
+    if not cert:
+        return None
+    return ",".join(f"{k}={v}" for rdn in cert.get("subject", ()) for k, v in rdn)
 
 
 def keepalive(sock: socket.socket) -> None:
@@ -101,6 +110,11 @@ def private_network() -> bool:
     except OSError:
         return False
     return names == ["lo"]
+
+
+def peer_host(peer: str) -> str:
+    """The host of a "HOST:PORT" peer as `host_of` writes it ("[::1]:5" → "::1")."""
+    return peer.rpartition(":")[0].strip("[]")
 
 
 def host_of(address: tuple[object, ...] | str) -> tuple[str, str]:
