@@ -30,17 +30,14 @@ import string
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from verld.codec.modbus import pdu
 from verld.codec.registry import CODECS
 from verld.config import leaves
 from verld.config.validate import BadValue, Item, MarkedMap, MarkedSeq, expected, given
-from verld.mqtt.decode import BYTE_TYPES, ORDERS, DecodeError, Value
+from verld.mqtt.decode import BYTE_TYPES, ORDERS, DecodeError, Value, ValueSpec
 from verld.mqtt.valueconfig import Command, Reported, fields
-
-if TYPE_CHECKING:
-    from verld.mqtt.entityconfig import Entity
 
 MODES = ("box", "slider")
 DEFAULT_STEP, DEFAULT_MODE = 1.0, "box"
@@ -98,6 +95,27 @@ class Options:
             if have == label:
                 return value
         return None
+
+
+class Entity(Protocol):
+    """What this module reads of an entity (`entityconfig.Entity`)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def value(self) -> ValueSpec | None: ...
+    @property
+    def min(self) -> float | None: ...
+    @property
+    def max(self) -> float | None: ...
+    @property
+    def step(self) -> float: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def options(self) -> Options | None: ...
+    @property
+    def set(self) -> SetCall | None: ...
 
 
 # ---------------------------------------------------------------------------
