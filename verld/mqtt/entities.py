@@ -124,6 +124,7 @@ class Entities:
         self.all = [Live(e, topics) for e in entities]
         self.by_key = {(live.entity.device, live.entity.name): live for live in self.all}
         self.polled = _interleaved([live for live in self.all if live.poll is not None])
+        self.set_misfits: set[Live] = set()  #: setpoints whose `set` misfit was logged
 
     def __bool__(self) -> bool:
         return bool(self.all)
@@ -284,8 +285,12 @@ class Entities:
             self._ignored(live, payload, str(exc))
             return
         misfit = setpoint.fits(e.set, self.devices[e.device].state.codec)
-        if misfit is not None:
-            self._misfit(live, misfit)
+        if misfit is not None:  # (an error each time, logged once: apart from the poll's)
+            live.counts.errors += 1
+            live.counts.last_error = misfit
+            if live not in self.set_misfits:
+                self.set_misfits.add(live)
+                log.warning("entity_misfit", device=e.device, entity=e.name, error=misfit)
             return
         log.info(
             "entity_command", device=e.device, entity=e.name, call="set", payload=_shown(payload)

@@ -8,7 +8,8 @@ sensors), what its value may be (on_value only on the binary kinds, which need o
 for text; unit and state_class need a number), that a poll awaits its answer (`reply:
 false` is for commands), and, for a Modbus decoder, that the poll is a read whose
 quantity covers the value (the calls and the `value:` block
-themselves are checked in `valueconfig`). An entity with
+themselves are checked in `valueconfig`, a setpoint's `set`, `options` and the rules
+between them in `setpoint`). An entity with
 any error is left out of the result, so the rules after it never see half an entity.
 Whether a device (`devices:`) exists is checked by the caller, which knows them; the
 device's codec is known only at run time (`decode.fits`).
