@@ -48,7 +48,7 @@ SLOW_MODULES: frozenset[str] = frozenset(
         "test_top.py", "test_instruments.py", "test_instrument_fake.py",
         # verld-mqtt against a real mosquitto broker (TLS too), and its fleet docs' checks
         "test_mqtt_bridge.py", "test_mqtt_entities.py", "test_mqtt_fleet.py", "test_mqtt_groups.py",
-        "test_fleet_doc.py",
+        "test_fleet_doc.py", "test_mqtt_setpoints_e2e.py",
         # TLS recipes: PKIs made with openssl
         "test_tls_recipes.py",
         # packaging: wheel and sdist build, Debian package build, units and `make

@@ -15,9 +15,12 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from verld.mqtt import setpoint
+from verld.mqtt.config import parse_bridge_config
 from verld.mqtt.topics import HA_STATUS, Topics, discovery
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "fleet.md"
@@ -95,3 +98,31 @@ def test_the_home_assistant_topics_and_ids_on_the_page_are_the_bridges() -> None
         unique_id = json.loads(payload)["unique_id"]
         template = unique_id.replace("verld_vm_psu", f"verld_{HOST}_{DEVICE}")
         assert f"`{template}`" in TEXT, f"the unique id {template} is not on the page"
+
+
+def _setpoint_example(name: str) -> Any:
+    """The entity `name` of the page's setpoint examples, as verld-mqtt reads it."""
+    for block in CONFIGS:
+        for entity in parse_bridge_config(block).entities if f"name: {name}\n" in block else ():
+            if entity.name == name and entity.set is not None:
+                return entity
+    raise AssertionError(f"no setpoint {name} on the page")
+
+
+def test_the_setpoint_examples_write_what_the_page_says() -> None:
+    """The bytes docs/fleet.md shows for its number and select examples are the bridge's."""
+    limit, period = _setpoint_example("current_limit"), _setpoint_example("demand_period")
+    shown = {
+        (limit, "16.5"): "03 06 00 10 00 a5",
+        (period, "15 min"): "01 10 00 02 00 02 04 41 70 00 00",
+    }
+    for (entity, payload), data in shown.items():
+        assert f"`{data}`" in TEXT
+        assert setpoint.request(entity, payload.encode()).data == bytes.fromhex(data)
+    for payload in ("16.3", "40"):
+        with pytest.raises(setpoint.Refused):
+            setpoint.request(limit, payload.encode())
+    assert period.options is not None and setpoint.label(period.options, 15.0) == "15 min"
+    volt, output = _setpoint_example("voltage"), _setpoint_example("output")
+    assert setpoint.request(volt, b"12.5").text == "VOLT 12.5"
+    assert setpoint.request(output, b"on").text == "OUTP 1"

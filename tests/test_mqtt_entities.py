@@ -171,6 +171,8 @@ class Rig:
         self.bridge = BridgeProc(
             tmp, self.broker, sockets, entities=ENTITIES, homeassistant=True, status_interval=1
         )
+        # (`online` comes once the set topics are subscribed: a command sent now runs)
+        self.mqtt.wait(f"{BASE}/bridge/state", lambda m: m.json == {"state": "online"}, 20)
 
     def call(self, device: str, data: bytes) -> Any:
         with Client(self.pairs[device].socket, timeout=5.0) as c:

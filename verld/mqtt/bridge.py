@@ -4,8 +4,8 @@ Strategy: each device's verld connection runs on its own (`verld.mqtt.device`),
 putting state, status and events into one `Outbox`; the broker loop connects
 (`mqttconn.MqttConnection`: paho-mqtt on the event loop; clean start and no session
 expiry on MQTT 5, a clean session on 3.1.1, the retained `offline` state as last
-will), publishes `online`, subscribes to `<base>/+/call` (and `homeassistant/status`
-with discovery on), marks every retained topic due again, and then serves until the
+will), subscribes to `<base>/+/call` (`homeassistant/status`, the set topics: below),
+then publishes `online`, marks every retained topic due again, and then serves until the
 connection breaks. Requests arrive in paho's message callback, which hands each one
 to `dispatch.Dispatcher` (it asks `calls.Intake` what the request gets and starts
 the calls to run); whatever becomes ready to publish (a call's reply, an event, a
@@ -250,7 +250,6 @@ class Bridge:
     async def _session(self, conn: MqttConnection) -> None:
         """One connection, until it breaks (MqttError) or the bridge stops (a return)."""
         qos = self.cfg.qos
-        conn.publish(self.topics.bridge_state, bridge_state(True), qos, True, None)
         # A request may come in the very read that brings the SUBACK: it is taken from
         # now, and its reply waits in the outbox until the subscriptions are made (then
         # the retained topics go out: Home Assistant's status is followed by then).
@@ -261,6 +260,9 @@ class Bridge:
             if self.cfg.homeassistant:
                 await conn.subscribe(HA_STATUS, qos)
             await self._subscribe_entities(conn)
+            # `online` once every subscription is made: a command published on seeing it
+            # (a set topic, a call) reaches the bridge
+            conn.publish(self.topics.bridge_state, bridge_state(True), qos, True, None)
             self.connected, self._conn = True, conn
             self._pump()
             self.entities.catch_up()

@@ -31,9 +31,13 @@ device's codec) is counted on the entity (`errors`,
 topic runs only the entity's own call (`turn_on`, `turn_off`, `press`), for `ON`/`OFF`
 on a switch and `PRESS` on a button (with the call's `reply`: false for a command the
 device does not answer); anything else published there, and anything
-delivered retained, is counted (`ignored`) and runs nothing. After a switch's command,
-its state is polled at once (after the poll running, if one is), and so are the other
-members of its group. An entity with `retain: true` publishes its values retained.
+delivered retained, is counted (`ignored`) and runs nothing. A setpoint (`number`,
+`select`) takes a value or a label there and runs its `set` with it (`setpoint.request`
+builds the call, or refuses the payload: counted as `ignored`, nothing sent; a `set`
+that does not fit the device's codec is an error, logged once); a select's polled value
+is published as its label. After a switch's or a setpoint's command, its state is
+polled at once (after the poll running, if one is), and so are the other members of its
+group. An entity with `retain: true` publishes its values retained.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from verld.mqtt import setpoint
 from verld.mqtt.decode import DecodeError, Decoder, fits, state
 from verld.mqtt.device import Device, share_full
 from verld.mqtt.entityconfig import Entity
@@ -163,6 +168,7 @@ class Entities:
         self.polled = _interleaved([live for live in self.all if live.poll is not None])
         self.groups = _interleaved(_grouped(self.all))
         self._refreshing: asyncio.Task[None] | None = None
+        self.set_misfits: set[Live] = set()  #: setpoints whose `set` misfit was logged
 
     def __bool__(self) -> bool:
         return bool(self.all)
@@ -266,6 +272,8 @@ class Entities:
         assert decoder is not None and live.group is not None
         try:
             value: Any = decoder.decode(_data(reply), reply.get("text"))
+            if live.entity.options is not None:
+                value = setpoint.label(live.entity.options, value)
         except DecodeError as exc:
             self._fail(live, str(exc))
             return
@@ -331,26 +339,58 @@ class Entities:
         if live is None:
             log.debug("entity_set_ignored", device=device, entity=name, reason="no such entity")
             return
+        if live.entity.set is not None:
+            self._set(live, payload, retained=retained)
+            return
         kind, key = WORDS.get(payload.strip(), (None, ""))
         call: Command | None = getattr(live.entity, key, None) if kind else None
         if retained or kind != live.entity.kind or call is None:
-            live.counts.ignored += 1
-            (log.info if live.counts.ignored == 1 else log.debug)(
-                "entity_set_ignored",
-                device=device,
-                entity=name,
-                payload=_shown(payload),
-                reason="a retained message" if retained else _takes(live.entity.kind),
+            self._ignored(
+                live, payload, "a retained message" if retained else _takes(live.entity.kind)
             )
             return
         log.info("entity_command", device=device, entity=name, call=key)
         self.tasks.start(self._command(live, key, call))
 
+    def _set(self, live: Live, payload: bytes, *, retained: bool) -> None:
+        """A setpoint's value (or label): its `set` call with it, or nothing (counted)."""
+        e = live.entity
+        assert e.set is not None
+        try:
+            if retained:
+                raise setpoint.Refused("a retained message")
+            call = setpoint.request(e, payload)
+        except setpoint.Refused as exc:
+            self._ignored(live, payload, str(exc))
+            return
+        misfit = setpoint.fits(e.set, self.devices[e.device].state.codec)
+        if misfit is not None:  # (an error each time, logged once: apart from the poll's)
+            live.counts.errors += 1
+            live.counts.last_error = misfit
+            if live not in self.set_misfits:
+                self.set_misfits.add(live)
+                log.warning("entity_misfit", device=e.device, entity=e.name, error=misfit)
+            return
+        log.info(
+            "entity_command", device=e.device, entity=e.name, call="set", payload=_shown(payload)
+        )
+        self.tasks.start(self._command(live, "set", call))
+
+    def _ignored(self, live: Live, payload: bytes, reason: str) -> None:
+        live.counts.ignored += 1
+        (log.info if live.counts.ignored == 1 else log.debug)(
+            "entity_set_ignored",
+            device=live.entity.device,
+            entity=live.entity.name,
+            payload=_shown(payload),
+            reason=reason,
+        )
+
     async def _command(self, live: Live, key: str, call: Command) -> None:
         reply = await self._call(self.devices[live.entity.device], call.fields(), len(call.data))
         if not reply.get("ok"):
             self._fail(live, f"{key}: {_why(reply)}")
-        if live.entity.kind == "switch":
+        if live.entity.kind != "button":
             self.poll_now(live)
 
     # --- counters -----------------------------------------------------------------------

@@ -8,7 +8,8 @@ sensors), what its value may be (on_value only on the binary kinds, which need o
 for text; unit and state_class need a number), that a poll awaits its answer (`reply:
 false` is for commands), and, for a Modbus decoder, that the poll is a read whose
 quantity covers the value (the calls and the `value:` block
-themselves are checked in `valueconfig`). An entity with
+themselves are checked in `valueconfig`, a setpoint's `set`, `options` and the rules
+between them in `setpoint`). An entity with
 any error is left out of the result, so the rules after it never see half an entity.
 Whether a device (`devices:`) exists is checked by the caller, which knows them; the
 device's codec is known only at run time (`decode.fits`).
@@ -23,10 +24,11 @@ from typing import Any
 
 from verld.config import leaves
 from verld.config.validate import BadValue, Context, Item, expected, given
+from verld.mqtt import setpoint
 from verld.mqtt.decode import ValueSpec
 from verld.mqtt.valueconfig import Command, command, fields, modbus_read, value
 
-KINDS = ("sensor", "binary_sensor", "switch", "button")
+KINDS = ("sensor", "binary_sensor", "switch", "button", "number", "select")
 #: an entity's name: a topic level and a piece of a Home Assistant id
 NAME = re.compile(r"[a-z0-9_]{1,64}")
 #: a device's name as verld-mqtt's config allows it (`config.DEVICE_NAME`)
@@ -43,15 +45,19 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "binary_sensor": _POLLED,
     "switch": (*_POLLED, "turn_on", "turn_off"),
     "button": ("press",),
+    "number": (*_POLLED, "unit", "min", "max", "step", "mode", "set"),
+    "select": (*_POLLED, "options", "set"),
 }
 _NEEDS: dict[str, tuple[str, ...]] = {
     "sensor": ("poll", "value"),
     "binary_sensor": ("poll", "value"),
     "switch": ("poll", "value", "turn_on", "turn_off"),
     "button": ("press",),
+    "number": ("poll", "value", "min", "max", "set"),
+    "select": ("poll", "value", "options", "set"),
 }
 _WHY_NOT = {
-    "unit": "unit and state_class are for sensors",
+    "unit": "unit and state_class are for sensors (and unit for numbers)",
     "state_class": "unit and state_class are for sensors",
     "turn_on": "only a switch has turn_on and turn_off",
     "turn_off": "only a switch has turn_on and turn_off",
@@ -60,6 +66,12 @@ _WHY_NOT = {
     "every": "a button is pressed, not polled",
     "value": "a button has no value",
     "retain": "a button has no value",
+    "min": "only a number has min, max, step and mode",
+    "max": "only a number has min, max, step and mode",
+    "step": "only a number has min, max, step and mode",
+    "mode": "only a number has min, max, step and mode",
+    "options": "only a select has options",
+    "set": "only a number or a select has set",
 }
 
 
@@ -81,6 +93,13 @@ class Entity:
     state_class: str | None = None
     icon: str | None = None
     retain: bool = False  #: its values are published retained
+    # setpoints (number, select: `setpoint`)
+    min: float | None = None
+    max: float | None = None
+    step: float = setpoint.DEFAULT_STEP
+    mode: str = setpoint.DEFAULT_MODE
+    options: setpoint.Options | None = None
+    set: setpoint.SetCall | None = None
     where: str = field(default="", compare=False)  #: its key path, for messages
 
     @property
@@ -135,6 +154,12 @@ _CHECKS: Mapping[str, Callable[[Item], Any]] = {
     "state_class": leaves.optional(leaves.choice(STATE_CLASSES)),
     "icon": leaves.optional(_pattern_word(_ICON, "an icon such as mdi:flash")),
     "retain": leaves.boolean,
+    "min": setpoint.number,
+    "max": setpoint.number,
+    "step": setpoint.step,
+    "mode": leaves.choice(setpoint.MODES),
+    "options": setpoint.options,
+    "set": setpoint.set_call,
 }
 
 
@@ -184,6 +209,8 @@ def _fit(ctx: Context, e: Entity) -> None:
             (f"{where}.poll.reply", where),
             "a poll reads the value in the answer: reply: false is for turn_on, turn_off and press",
         )
+    for at, why in setpoint.problems(e):
+        ctx.error_at((f"{where}.{at}" if at else where, where), why)
     if spec is None:
         return
     if spec.on_value is not None and not e.binary:

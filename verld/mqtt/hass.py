@@ -6,11 +6,13 @@ Strategy: each entity gets one retained config,
 link/calls/errors configs (`verld_<host>_<device>`: one Home Assistant device per verld
 device); its object id `value_<name>` cannot collide with `link`, `calls` or `errors`.
 The config names the value's topic and how to read it (`{{ value_json.value }}`), a
-switch's or button's command topic and payloads, the unit and classes given, and two
-availability topics with `availability_mode: all`: the entity is available only while
-the bridge is online and the device's link is `up`. Sensors and binary sensors also
-expire (unavailable) when no value came for three polls (at least a minute): a device
-that answers but no longer decodes does not keep showing its last value.
+switch's or button's command topic and payloads, a number's or select's command
+topic with its range and step or its options (`setpoint.discovery`), the unit and
+classes given, and two availability topics with `availability_mode: all`: the entity
+is available only while the bridge is online and the device's link is `up`. Sensors
+and binary sensors also expire (unavailable) when no value came for three polls (at
+least a minute): a device that answers but no longer decodes does not keep showing its
+last value.
 
 Home Assistant keeps an entity as long as its retained config is on the broker. So
 `Forgetting` tells, of each retained config the bridge reads back at start, whether it
@@ -25,6 +27,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from verld.mqtt import setpoint
 from verld.mqtt.entityconfig import Entity
 from verld.mqtt.topics import HA_PREFIX, ORIGIN, Topics, encode, node_id
 
@@ -49,7 +52,7 @@ def entity_config(topics: Topics, host: str, entity: Entity, device: dict[str, A
     if kind != "button":
         config["state_topic"] = topics.value(entity.device, name)
         config["value_template"] = "{{ value_json.value }}"
-    if kind in ("switch", "button"):
+    if kind in ("switch", "button", "number", "select"):
         config["command_topic"] = topics.value_set(entity.device, name)
     if kind in ("switch", "binary_sensor"):
         config.update(payload_on="ON", payload_off="OFF")
@@ -62,6 +65,7 @@ def entity_config(topics: Topics, host: str, entity: Entity, device: dict[str, A
         "icon": entity.icon,
     }
     config.update((key, value) for key, value in given.items() if value is not None)
+    config.update(setpoint.discovery(entity))
     if kind in ("sensor", "binary_sensor"):
         config["expire_after"] = max(MIN_EXPIRY, math.ceil(3 * entity.every))
     config["availability"] = [

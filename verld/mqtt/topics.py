@@ -10,7 +10,7 @@ like verld's own messages) on a topic under one base (docs/fleet.md):
     <base>/<device>/call                 requests (verld.mqtt.calls)
     <base>/<device>/call/response        replies without an MQTT 5 Response Topic
     <base>/<device>/value/<name>         an entity's value (verld.mqtt.entities)
-    <base>/<device>/value/<name>/set     a switch's or button's commands
+    <base>/<device>/value/<name>/set     a switch's, button's, number's or select's commands
     <base>/bridge/entities     retained  every entity's counters
 
 plus, with Home Assistant discovery, retained configs under `homeassistant/`. This
