@@ -130,3 +130,17 @@ def test_trouble_is_flagged() -> None:
 def test_first_frame_waits_for_rates() -> None:
     """With one sample only, the rates line says they come with the next."""
     assert any("rates after the next sample" in t for t in texts(frame(None, Sample(0, status()))))
+
+
+def test_refused_connections_show_and_are_trouble_while_they_grow() -> None:
+    """Refused connections (the Modbus gateway's, a network port's) get a line, flagged
+    while their count grows."""
+    net = [{"name": "console", "refused": {"allow": 2}}, {"name": "quiet", "refused": {}}]
+    old = Sample(0.0, status(modbus={"refused": {"tls": 1}}, network=net), [], [], {})
+    grown = Sample(1.0, status(modbus={"refused": {"tls": 3}}, network=net), [], [], {})
+    lines = frame(old, grown, height=24)
+    shown = [(t, bad) for t, bad in lines if t.startswith("refused")]
+    assert shown == [("refused modbus: tls 3  net console: allow 2", True)]
+    steady = [(t, bad) for t, bad in frame(grown, grown) if t.startswith("refused")]
+    assert steady == [("refused modbus: tls 3  net console: allow 2", False)]
+    assert not [t for t, _ in frame(None, Sample(0.0, status(), [], [], {})) if "refused" in t]

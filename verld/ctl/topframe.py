@@ -195,6 +195,32 @@ def _now(prev: Sample | None, cur: Sample) -> list[Line]:
     ]
 
 
+def refusals(status: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Each listener's refused connections by why (the Modbus gateway's, each network
+    port's), those with any."""
+    out: dict[str, dict[str, int]] = {}
+    modbus = status.get("modbus")
+    if isinstance(modbus, dict) and modbus.get("refused"):
+        out["modbus"] = modbus["refused"]
+    for entry in status.get("network") or []:
+        if entry.get("refused"):
+            out[f"net {entry['name']}"] = entry["refused"]
+    return out
+
+
+def _refused(prev: Sample | None, cur: Sample) -> list[Line]:
+    """One line of refused connections, if any; trouble while they grow."""
+    now = refusals(cur.status)
+    if not now:
+        return []
+    before = refusals(prev.status) if prev is not None else now
+    shown = "  ".join(
+        f"{where}: " + ", ".join(f"{why} {n}" for why, n in sorted(whys.items()))
+        for where, whys in now.items()
+    )
+    return [(f"refused {shown}", now != before)]
+
+
 def _ms(name: str, seconds: float | None) -> str:
     return f"{name} -" if seconds is None else f"{name} {seconds * 1000:.2f} ms"
 
@@ -258,7 +284,8 @@ def frame(
     keys: bool = True,
 ) -> list[Line]:
     """The screen for `cur` (rates against `prev`), at most `height` lines of `width`."""
-    top = _head(source, interval, sort, note) + _link(cur) + _now(prev, cur) + [("", False)]
+    top = _head(source, interval, sort, note) + _link(cur) + _now(prev, cur)
+    top += [*_refused(prev, cur), ("", False)]
     bottom_keys: list[Line] = [("q quit  p pause  s sort", False)] if keys else []
     rows = program_rows(prev, cur, sort)
     left = height - len(top) - len(bottom_keys)
