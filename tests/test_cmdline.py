@@ -474,8 +474,7 @@ def test_version_still_works() -> None:
 
 @pytest.mark.timeout(30)
 def test_version_says_which_build_runs() -> None:
-    """`verld --version` names the build that runs (noxfile.py's compiled session sets
-    VERLD_EXPECT_BUILD to "compiled (mypyc)")."""
+    """`verld --version` names the build that runs (noxfile.py's compiled session says which)."""
     expect = os.environ.get("VERLD_EXPECT_BUILD", "pure")
     r = subprocess.run(
         verld_cmd("--version"), capture_output=True, text=True, timeout=20, check=False
