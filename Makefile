@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast test-all test-pythons lint check clean
+.PHONY: run test test-fast test-all test-pythons test-compiled compiled pure lint check clean
 
 # The `fast` extra's cobs builds a C extension where no wheel fits: without a compiler
 # verld runs on its own COBS code (the same bytes), so a failed build stops nothing.
@@ -39,6 +39,19 @@ test-all: $(STAMP)
 test-pythons: $(STAMP)
 	$(BIN)/nox -s tests-3.12 tests-3.13 mqtt_paho16
 
+# The optional compiled build (setup.py: mypyc compiles the hot path): `make compiled`
+# builds its extension modules in place, so the venv's verld runs them (`verld --version`
+# says which build runs); `make pure` removes them. test-compiled: the whole suite on it.
+compiled: $(STAMP)
+	VERLD_MYPYC=1 $(BIN)/python setup.py -q build_ext --inplace
+
+pure:
+	find verld -name '*.so' -delete
+	rm -rf build
+
+test-compiled: $(STAMP)
+	$(BIN)/nox -s compiled
+
 lint: $(STAMP)
 	$(BIN)/ruff check verld tests tools noxfile.py
 	$(BIN)/ruff format --check verld tests tools noxfile.py
@@ -47,6 +60,7 @@ lint: $(STAMP)
 check: lint test
 
 clean:
+	find verld -name '*.so' -delete
 	rm -rf $(VENV) .nox build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
 
 # `make install [PREFIX=/usr/local] [DESTDIR=]`: the package and its console scripts

@@ -7,7 +7,9 @@ each Python CI tests, each in its own virtualenv under `.nox/` (`make test-all`,
 - `tests-3.11`, `tests-3.12`, `tests-3.13`: the whole suite (two workers, a test file
   per worker at a time, as `make test`), with the `test` and `mqtt` extras;
 - `mqtt_paho16`: the MQTT bridge's tests on paho-mqtt 1.6.1, Debian 12's
-  `python3-paho-mqtt`, which the Debian package runs verld-mqtt on.
+  `python3-paho-mqtt`, which the Debian package runs verld-mqtt on;
+- `compiled`: the whole suite on the compiled build (setup.py: mypyc compiles the hot
+  path in place; removed again afterwards, so the checkout stays pure).
 
 nox rather than tox: the sessions are Python (the paho pin is one line, and a later
 session for a compiled build is another function), and it needs no plugin to find
@@ -34,7 +36,7 @@ MQTT_TESTS = [
 ]
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = [*(f"tests-{v}" for v in PYTHONS), "mqtt_paho16"]
+nox.options.sessions = [*(f"tests-{v}" for v in PYTHONS), "mqtt_paho16", "compiled"]
 
 
 def _pyenv_on_path() -> None:
@@ -82,3 +84,20 @@ def mqtt_paho16(session: nox.Session) -> None:
         session.run("python", "-m", "pytest", "-q", *tests, env={"VERLD_BRIDGE_PAHO": paho16})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@nox.session(python="3.11")
+def compiled(session: nox.Session) -> None:
+    """The whole suite on the compiled build: mypyc's extension modules built in place
+    (they load on this session's Python only), then removed, whatever the outcome."""
+    session.install("-e", ".[test,mqtt]")
+    try:
+        session.run("python", "setup.py", "-q", "build_ext", "--inplace", env={"VERLD_MYPYC": "1"})
+        env = {"VERLD_EXPECT_BUILD": "compiled (mypyc)"}
+        session.run("verld", "--version")
+        args = session.posargs or ["-q", "-n", "2", "--dist", "loadfile"]
+        session.run("python", "-m", "pytest", *args, env=env)
+    finally:
+        for path in glob.glob("verld/**/*.so", recursive=True):
+            os.remove(path)
+        shutil.rmtree("build", ignore_errors=True)

@@ -472,6 +472,17 @@ def test_version_still_works() -> None:
     assert r.returncode == 0 and r.stdout.startswith("verld ")
 
 
+@pytest.mark.timeout(30)
+def test_version_says_which_build_runs() -> None:
+    """`verld --version` names the build that runs (noxfile.py's compiled session says which)."""
+    expect = os.environ.get("VERLD_EXPECT_BUILD", "pure")
+    r = subprocess.run(
+        verld_cmd("--version"), capture_output=True, text=True, timeout=20, check=False
+    )
+    assert r.returncode == 0
+    assert r.stdout.strip().endswith(f"({expect})")
+
+
 @pytest.mark.timeout(60)
 def test_port_on_top_of_config_survives_a_reload(sockdir: Path) -> None:
     """A command-line PORT overrides the config file's device and stays on top after a reload."""

@@ -190,7 +190,7 @@ def test_install_in_a_fresh_venv(dists: tuple[Path, Path], tmp_path: Path) -> No
     for script in SCRIPTS:
         assert (bin_ / script).exists(), script
     version = run([str(bin_ / "verld"), "--version"], cwd=tmp_path).stdout.strip()
-    assert version == f"verld {verld.__version__}"
+    assert version == f"verld {verld.__version__} (pure)"  # (no compiler asked: pure)
     for program in ("verlctl", "verld-sim", "verld-mqtt"):
         usage = run([str(bin_ / program), "--help"], cwd=tmp_path).stdout
         assert usage.startswith(f"usage: {program}"), usage
@@ -198,7 +198,7 @@ def test_install_in_a_fresh_venv(dists: tuple[Path, Path], tmp_path: Path) -> No
     serve_sim_and_ask_status(bin_, tmp_path)
     run([*pip, "--no-deps", "--force-reinstall", str(sdist)])
     version = run([str(bin_ / "verld"), "--version"], cwd=tmp_path).stdout.strip()
-    assert version == f"verld {verld.__version__}"
+    assert version == f"verld {verld.__version__} (pure)"  # (no compiler asked: pure)
 
 
 def serve_sim_and_ask_status(bin_: Path, tmp_path: Path) -> None:

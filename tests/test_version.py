@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import verld
+from verld import compiled
 
 REPO = Path(__file__).resolve().parent.parent
 #: console script → the module that runs it without the script
@@ -42,9 +43,12 @@ def test_version_is_semantic() -> None:
 
 
 def test_every_program_prints_the_same_version() -> None:
-    """Every program's --version prints its name and verld.__version__."""
+    """Every program's --version prints its name and verld.__version__ (verld's the build too)."""
     printed = {name: version_of(name) for name in PROGRAMS}
-    assert printed == {name: f"{name} {verld.__version__}" for name in PROGRAMS}
+    build = {"verld": f" ({compiled.build()})"}
+    assert printed == {
+        name: f"{name} {verld.__version__}{build.get(name, '')}" for name in PROGRAMS
+    }
 
 
 def test_package_metadata_is_verld_version() -> None:

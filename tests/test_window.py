@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import functools
 import math
 from collections.abc import Hashable
 
@@ -32,19 +30,14 @@ def advance(window: Window, n: int) -> None:
         assert window.match(c.seq) is c
 
 
-@functools.cache
-def _near_wrap() -> Window:
-    """A window holding seqs 0, 1 and 2 whose next seq is 65534: built once, copied per use."""
+def near_wrap() -> Window:
+    """A window holding seqs 0, 1 and 2 whose next seq is 65534 (built afresh: a compiled
+    Window cannot be copied)."""
     w = Window(16)
     for _ in range(3):
         w.add(call("early"), 0.0)
     advance(w, SEQ_MOD - 2 - 3)
     return w
-
-
-def near_wrap() -> Window:
-    """A fresh copy of `_near_wrap()`: wrapping soon, seqs 0..2 still outstanding."""
-    return copy.deepcopy(_near_wrap())
 
 
 class TestSeqs:

@@ -40,6 +40,7 @@ import structlog
 from verld import __version__
 from verld.codec.frame.declaration import FrameDeclaration
 from verld.codec.registry import CODECS, spec
+from verld.compiled import build
 from verld.config import Config, DeviceConfig
 from verld.config.framefile import load_declaration
 from verld.config.load import parse_with, read_text
@@ -163,7 +164,7 @@ def parser() -> argparse.ArgumentParser:
         help="a YAML file holding the device.frame mapping (start, header, length, check, ...): "
         "how the device frames its messages, over --config's",
     )
-    p.add_argument("--version", action="version", version=f"verld {__version__}")
+    p.add_argument("--version", action="version", version=f"verld {__version__} ({build()})")
     return p
 
 

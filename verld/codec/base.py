@@ -36,6 +36,8 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple, Protocol
 
+from verld.compiled import mypyc_attr
+
 
 class Kind(enum.IntEnum):
     """Message kinds; the values are the verl type byte (version 1 in the high nibble)."""
@@ -135,6 +137,7 @@ class PortFraming(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Bounded:
     """The `bad_frames` / `ignored` / `discarding` bookkeeping every device side shares."""
 

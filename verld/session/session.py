@@ -511,7 +511,9 @@ class Session:
         `lose`, one path for every cause."""
         self.on_lost(reason)
 
-    link_lost = lose  #: the transport's callback (hang-up, EIO, write error)
+    def link_lost(self, reason: str) -> None:
+        """The transport's callback (hang-up, EIO, write error): `lose`."""
+        self.lose(reason)
 
     def take_inflight(self) -> list[Call]:
         """Every call on the link or held for the guard, off it (their timers off)."""

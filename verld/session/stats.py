@@ -11,22 +11,25 @@ from typing import Any
 from verld.links.link import Link, LinkState
 from verld.metrics import Histogram
 
+#: the `status` counters that the session itself increments, by name
+COUNTERS = (
+    "calls",
+    "calls_failed",
+    "calls_ok",
+    "events",
+    "frames_rx",
+    "frames_tx",
+    "pings",
+    "retries",
+    "stale",
+    "timeouts",
+)
+
 
 class Counters:
     """The `status` counters that the session itself increments."""
 
-    __slots__ = (
-        "calls",
-        "calls_failed",
-        "calls_ok",
-        "events",
-        "frames_rx",
-        "frames_tx",
-        "pings",
-        "retries",
-        "stale",
-        "timeouts",
-    )
+    __slots__ = COUNTERS
 
     def __init__(self) -> None:
         self.calls = self.calls_ok = self.calls_failed = 0
@@ -34,7 +37,7 @@ class Counters:
         self.frames_tx = self.frames_rx = self.events = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in COUNTERS}
 
 
 class Stats:
