@@ -53,8 +53,8 @@ test-compiled: $(STAMP)
 	$(BIN)/nox -s compiled
 
 lint: $(STAMP)
-	$(BIN)/ruff check verld tests tools noxfile.py
-	$(BIN)/ruff format --check verld tests tools noxfile.py
+	$(BIN)/ruff check verld tests tools noxfile.py setup.py
+	$(BIN)/ruff format --check verld tests tools noxfile.py setup.py
 	$(BIN)/mypy
 
 check: lint test

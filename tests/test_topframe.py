@@ -136,11 +136,11 @@ def test_refused_connections_show_and_are_trouble_while_they_grow() -> None:
     """Refused connections (the Modbus gateway's, a network port's) get a line, flagged
     while their count grows."""
     net = [{"name": "console", "refused": {"allow": 2}}, {"name": "quiet", "refused": {}}]
-    old = Sample(0.0, status(modbus={"refused": {"tls": 1}}, network=net), [], [], {})
-    grown = Sample(1.0, status(modbus={"refused": {"tls": 3}}, network=net), [], [], {})
+    old = Sample(0.0, status(modbus={"refused": {"tls": 1}}, network=net), [], [], [])
+    grown = Sample(1.0, status(modbus={"refused": {"tls": 3}}, network=net), [], [], [])
     lines = frame(old, grown, height=24)
     shown = [(t, bad) for t, bad in lines if t.startswith("refused")]
     assert shown == [("refused modbus: tls 3  net console: allow 2", True)]
     steady = [(t, bad) for t, bad in frame(grown, grown) if t.startswith("refused")]
     assert steady == [("refused modbus: tls 3  net console: allow 2", False)]
-    assert not [t for t, _ in frame(None, Sample(0.0, status(), [], [], {})) if "refused" in t]
+    assert not [t for t, _ in frame(None, Sample(0.0, status(), [], [], [])) if "refused" in t]
