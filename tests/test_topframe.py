@@ -133,8 +133,7 @@ def test_first_frame_waits_for_rates() -> None:
 
 
 def test_refused_connections_show_and_are_trouble_while_they_grow() -> None:
-    """Refused connections (the Modbus gateway's, a network port's) get a line, flagged
-    while their count grows."""
+    """Refused connections (gateway, network ports) get a line, flagged while they grow."""
     net = [{"name": "console", "refused": {"allow": 2}}, {"name": "quiet", "refused": {}}]
     old = Sample(0.0, status(modbus={"refused": {"tls": 1}}, network=net), [], [], [])
     grown = Sample(1.0, status(modbus={"refused": {"tls": 3}}, network=net), [], [], [])
