@@ -16,8 +16,10 @@ import os
 
 from setuptools import setup
 
-#: the per-call path: codec, window and queue, the session and its parts, the API's
-#: message path (docs/architecture.md's hot path)
+#: the per-call path: the codecs, window and queue, the session and its parts, the API's
+#: message path, a program's stream on a virtual or network port. Not the transport
+#: (`verld/links/transport.py`): its class has interpreted subclasses (the serial port's),
+#: which a compiled class cannot have unless it says so, at a cost on every call.
 HOT = [
     "verld/alarm.py",
     "verld/wire.py",
@@ -41,6 +43,10 @@ HOT = [
     "verld/fronts/api/fanout.py",
     "verld/fronts/api/dispatch.py",
     "verld/fronts/api/conn.py",
+    "verld/fronts/stream.py",
+    "verld/fronts/ports/port.py",
+    "verld/fronts/network/peer.py",
+    "verld/fronts/network/conn.py",
 ]
 
 ext_modules = []
