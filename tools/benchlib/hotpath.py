@@ -142,7 +142,7 @@ py_calls = sum(v[1] for k, v in stats.items() if not k[0].startswith("~"))
 counters = rig.session.stats.counters
 print(json.dumps({"us_per_call": best * 1e6, "bytecodes_per_call": opcodes / traced,
                   "py_calls_per_call": py_calls / profiled, "calls": counters.calls,
-                  "ok": counters.calls_ok}))
+                  "ok": counters.calls_ok, "codec": type(rig.session.codec).__name__}))
 sys.exit(0 if counters.calls == counters.calls_ok else 1)
 """
 
@@ -157,7 +157,7 @@ def device_of(config: Path | None) -> dict[str, Any]:
 
 def measure(
     checkout: Path, calls: int, repeat: int, device: dict[str, Any] | None = None
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """One checkout's figures (SystemExit with the child's error when it fails)."""
     codec = json.dumps(device or {})
     proc = subprocess.run(
@@ -169,7 +169,7 @@ def measure(
     )
     if proc.returncode != 0:
         raise SystemExit(f"tools/hotpath: {checkout}: {proc.stderr.strip()[-2000:]}")
-    figures: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return figures
 
 
@@ -189,11 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     device = device_of(args.config)
-    print(f"{'checkout':40s} {'us/call':>8s} {'bytecodes/call':>15s} {'py-calls/call':>14s}")
+    print(
+        f"{'checkout':40s} {'us/call':>8s} {'bytecodes/call':>15s} {'py-calls/call':>14s}  codec"
+    )
     for checkout in args.checkouts:
         f = measure(checkout.resolve(), args.calls, args.repeat, device)
         print(
             f"{checkout!s:40s} {f['us_per_call']:8.2f} {f['bytecodes_per_call']:15.0f} "
-            f"{f['py_calls_per_call']:14.1f}"
+            f"{f['py_calls_per_call']:14.1f}  {f['codec']}"
         )
     return 0
