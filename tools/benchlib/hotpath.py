@@ -189,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     device = device_of(args.config)
-    print(
-        f"{'checkout':40s} {'us/call':>8s} {'bytecodes/call':>15s} {'py-calls/call':>14s}  codec"
-    )
+    print(f"{'checkout':40s} {'us/call':>8s} {'bytecodes/call':>15s} {'py-calls/call':>14s}  codec")
     for checkout in args.checkouts:
         f = measure(checkout.resolve(), args.calls, args.repeat, device)
         print(
