@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, cast
 import structlog
 
 from verld.codec.telnet import COM_PORT, Agreed, ComPort, Data, Telnet, escape
+from verld.fronts.network.access import tls_subject
 from verld.fronts.network.comport import ComPortServer
 
 if TYPE_CHECKING:
@@ -71,9 +72,7 @@ class PeerIO:
     def made(self, transport: asyncio.BaseTransport) -> asyncio.Transport:
         """The connection is made: its transport kept, its TLS subject read."""
         self.transport = made = cast(asyncio.Transport, transport)  # (uvloop's is no subclass)
-        cert = made.get_extra_info("peercert")
-        if cert:
-            self.subject = ",".join(f"{k}={v}" for rdn in cert.get("subject", ()) for k, v in rdn)
+        self.subject = tls_subject(made)
         return made
 
     def start(self) -> None:
