@@ -16,10 +16,11 @@ import os
 
 from setuptools import setup
 
-#: the per-call path: the codecs, window and queue, the session and its parts, the API's
-#: message path, a program's stream on a virtual or network port. Not the transport
-#: (`verld/links/transport.py`): its class has interpreted subclasses (the serial port's),
-#: which a compiled class cannot have unless it says so, at a cost on every call.
+#: the per-call path: the link's transport and state, the codecs, window and queue, the
+#: session and its parts, the core and the API's message path and ops, the metrics'
+#: per-reply histogram, a program's stream on a virtual or network port. The transport and
+#: the serial port are compiled together: a compiled class may have no interpreted
+#: subclass unless it says so, at a cost on every call, and the serial port is the one.
 HOT = [
     "verld/alarm.py",
     "verld/wire.py",
@@ -32,6 +33,10 @@ HOT = [
     "verld/codec/frame/stuffing.py",
     "verld/codec/frame/frames.py",
     "verld/codec/frame/host.py",
+    "verld/links/link.py",
+    "verld/links/serialport.py",
+    "verld/links/transport.py",
+    "verld/metrics.py",
     "verld/session/calls.py",
     "verld/session/window.py",
     "verld/session/stats.py",
@@ -42,6 +47,8 @@ HOT = [
     "verld/fronts/api/peer.py",
     "verld/fronts/api/fanout.py",
     "verld/fronts/api/dispatch.py",
+    "verld/fronts/api/ops.py",
+    "verld/fronts/base.py",
     "verld/fronts/api/conn.py",
     "verld/fronts/stream.py",
     "verld/fronts/ports/port.py",

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import pytest
 import serial
@@ -25,14 +25,11 @@ from verld.codec.base import Kind
 from verld.codec.modbus import mbap_frame
 from verld.codec.verl import FrameDecoder, encode_frame
 from verld.config import Config, parse_config
+from verld.fronts.base import Core
 from verld.fronts.ports.front import PortsFront
 from verld.fronts.ports.pty import PortSetupError
-from verld.fronts.protocol import FrontCounts, Listener
 from verld.ownership import acquire
-from verld.testing import DaemonProc, Processes, SimProc, wait_for, write_config
-
-if TYPE_CHECKING:
-    from verld.fronts.base import Core
+from verld.testing import DaemonProc, ManualClock, Processes, SimProc, wait_for, write_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -108,22 +105,12 @@ def test_links_exist_while_verld_runs_and_are_removed_at_exit(tmp_path: Path) ->
 # --- the Front protocol, in-process -------------------------------------------------
 
 
-class _Core:
-    """What `PortsFront` touches of a `Core` while no program opens a port."""
-
-    def __init__(self) -> None:
-        self.listeners: list[Listener] = []
-        self.counts: dict[str, FrontCounts] = {}
-
-    def front(self, name: str) -> FrontCounts:
-        return self.counts.setdefault(name, FrontCounts(name))
-
-
-def _front(links: list[Path]) -> tuple[PortsFront, _Core]:
+def _front(links: list[Path]) -> tuple[PortsFront, Core]:
+    """A ports front over a real core (never connected: no program opens a port)."""
     ports = "".join(f"  - link: {link}\n" for link in links)
     cfg: Config = parse_config(f"device: {{port: /dev/fake, codec: line}}\nports:\n{ports}")
-    core = _Core()
-    return PortsFront(cfg, cast("Core", core)), core
+    core = Core(cfg, clock=ManualClock())
+    return PortsFront(cfg, core), core
 
 
 class TestFrontProtocol:
@@ -165,7 +152,7 @@ class TestFrontProtocol:
         ]
         assert core.listeners == []
         assert not any(os.path.lexists(link) for link in links)
-        assert list(core.counts) == ["port"]  # (its calls' metrics label)
+        assert list(core.front_calls()) == ["port"]  # (its calls' metrics label)
         for link in links:
             with acquire(str(link)):  # every lock let go
                 pass
